@@ -1,0 +1,143 @@
+# kvtier -- plain Makefile with -MMD dependency files.
+#
+#   make            build everything into build/
+#   make run        install missing packages, build, start kvtierd (foreground)
+#   make test       install missing packages, build, run every test, then the
+#                   same suite built with ASan+UBSan (into build-san/)
+#   make bench      run the benchmarks (bench/), print ratios
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# Layout of build/:  bin/ lib/ gen/ obj/ tests/ bench/
+
+BUILD   ?= build
+SAN     ?= 0
+CC      ?= gcc
+PREFIX  ?= /usr/local
+VERSION := 0.1.0
+
+OPT     ?= -O2
+CFLAGS  += -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -MMD -MP -fPIC \
+           -fno-strict-aliasing -DKVT_VERSION=\"$(VERSION)\"
+ifeq ($(SAN),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -I$(BUILD)/gen
+
+LIBS    := -lnng -lprotobuf-c -linih -lxxhash -lcrypto -lpthread -ldl -lm
+TEST_LIBS := -lcmocka
+
+GEN_C   := $(BUILD)/gen/kvtier.pb-c.c
+GEN_H   := $(BUILD)/gen/kvtier.pb-c.h
+
+COMMON_SRC := $(wildcard common/*.c)
+CLIENT_SRC := $(filter-out client/kvtierctl.c,$(wildcard client/*.c))
+CUDA_SRC   := $(wildcard cuda/*.c)
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard tiers/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+GEN_OBJ    := $(BUILD)/obj/gen/kvtier.pb-c.o
+LIB_OBJ    := $(GEN_OBJ) $(call obj,$(COMMON_SRC) $(CLIENT_SRC) $(CUDA_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+
+LIBKVT_A   := $(BUILD)/lib/libkvtier.a
+LIBKVT_SO  := $(BUILD)/lib/libkvtier.so
+INTERNAL_A := $(BUILD)/lib/libkvt_internal.a
+KVTIERD    := $(BUILD)/bin/kvtierd
+KVTIERCTL  := $(BUILD)/bin/kvtierctl
+
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+INTEG_SRC  := $(wildcard tests/integration/test_*.c) $(wildcard tests/fault/test_*.c)
+TEST_HELP  := $(call obj,$(wildcard tests/lib/*.c))
+TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC))
+BENCH_SRC  := $(wildcard bench/*.c)
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all deps run test test-bin check-unit bench install clean
+.DEFAULT_GOAL := all
+
+all: $(KVTIERD) $(KVTIERCTL) $(LIBKVT_SO) $(LIBKVT_A) $(BUILD)/lib/kvtier.pc
+
+deps:
+	@scripts/deps.sh
+
+# ---------------------------------------------------------------- protobuf
+$(GEN_C) $(GEN_H): proto/kvtier.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/kvtier.proto
+
+$(GEN_OBJ): $(GEN_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(filter-out -Wextra,$(CFLAGS)) -c $< -o $@
+
+# Every object may include the generated header.
+$(BUILD)/obj/%.o: %.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# ---------------------------------------------------------------- libraries
+$(LIBKVT_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBKVT_SO): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libkvtier.so.0 $(LDFLAGS) $^ -o $@ $(LIBS)
+
+$(INTERNAL_A): $(LIB_OBJ) $(DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lib/kvtier.pc: client/kvtier.pc.in Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+# ---------------------------------------------------------------- programs
+$(KVTIERD): $(BUILD)/obj/daemon/main.o $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS)
+
+$(KVTIERCTL): $(BUILD)/obj/client/kvtierctl.o $(LIBKVT_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(TEST_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) -lhiredis
+
+-include cuda/cuda.mk
+
+# ---------------------------------------------------------------- targets
+run: deps all
+	@mkdir -p var
+	exec $(KVTIERD) --socket ipc://$(CURDIR)/var/kvtierd.sock --state-dir $(CURDIR)/var
+
+test-bin: all $(TEST_BINS)
+
+test: deps
+	$(MAKE) test-bin
+	scripts/run-tests.sh $(BUILD)
+	$(MAKE) BUILD=build-san SAN=1 OPT=-O1 test-bin
+	KVT_SAN=1 scripts/run-tests.sh build-san
+
+bench: deps all $(BENCH_BINS)
+	scripts/run-bench.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(KVTIERD) $(KVTIERCTL) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(LIBKVT_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(LIBKVT_SO) $(DESTDIR)$(PREFIX)/lib/libkvtier.so.0
+	ln -sf libkvtier.so.0 $(DESTDIR)$(PREFIX)/lib/libkvtier.so
+	install -m 0644 client/include/kvtier.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 $(BUILD)/lib/kvtier.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

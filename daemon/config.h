@@ -1,0 +1,61 @@
+/*
+ * config.h -- kvtierd's settings: embedded defaults, an INI file, flags.
+ *
+ * Design: one table describes every key (section, name, type, default,
+ * range, unit). The INI parser, the command-line flags (--name or
+ * --section.name) and the reference printed by --help all read that table,
+ * so a key cannot exist in one place and not another. Unknown keys and
+ * out-of-range values are errors that name the line (or the flag); the
+ * daemon refuses to start on them.
+ */
+#ifndef KVT_CONFIG_H
+#define KVT_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#define CFG_STR_MAX 512
+
+struct kvt_config {
+    /* [daemon] */
+    char socket[CFG_STR_MAX];     /* nng url clients dial (ipc://...) */
+    char tcp[CFG_STR_MAX];        /* optional second listener (tcp://...) */
+    char state_dir[CFG_STR_MAX];  /* lock files and state */
+    char log_level[16];
+    uint64_t contexts;            /* concurrent nng contexts */
+    uint64_t lease_timeout_ms;    /* write and read lease deadline */
+    uint64_t max_keys;            /* keys per request */
+    uint64_t max_msg_bytes;       /* largest request accepted */
+    /* [dram] */
+    char pool_path[CFG_STR_MAX];  /* shared-memory file; empty: derived */
+    uint64_t pool_bytes;
+    uint64_t max_chunk_bytes;
+    double high_watermark;        /* fraction of pool_bytes */
+    double low_watermark;
+    uint64_t pool_mode;           /* octal file mode */
+    char pool_group[64];          /* group that may map the pool */
+};
+
+/* Fill c with the embedded defaults. */
+void config_defaults(struct kvt_config *c);
+
+/* Load an INI file over c. 0, or -1 with a message in err naming the line. */
+int config_load_file(struct kvt_config *c, const char *path, char *err,
+                     size_t errlen);
+
+/* Set one key from "section.name" or a unique "name" (dashes and
+ * underscores alike). 0, or -1 with a message in err. */
+int config_set(struct kvt_config *c, const char *key, const char *value,
+               char *err, size_t errlen);
+
+/* Check cross-key rules (low < high, ...) and derive empty paths. */
+int config_finish(struct kvt_config *c, char *err, size_t errlen);
+
+/* Print every key with its default and unit, as an INI reference. */
+void config_print_reference(FILE *f);
+
+/* Parse "64M", "1G", "4096", "1.5G" into bytes; -1 on junk or overflow. */
+int config_parse_bytes(const char *s, uint64_t *out);
+
+#endif

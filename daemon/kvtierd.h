@@ -1,0 +1,129 @@
+/*
+ * kvtierd.h -- the daemon's state, owned by the core thread.
+ *
+ * Design (DESIGN §6): one core thread owns the index, the allocator, the
+ * leases and the policy. nng's threads only move messages: they queue a
+ * received request and wake the core through an eventfd. Everything in
+ * struct kvtierd is therefore touched by the core thread alone and needs
+ * no lock; the only shared structure is the server's queue (server.c).
+ */
+#ifndef KVT_KVTIERD_H
+#define KVT_KVTIERD_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "dram.h"
+#include "index.h"
+#include "kvtier.h"
+#include "kvtier.pb-c.h"
+
+#define NS_NONE UINT16_MAX
+#define NS_LIMIT 4096
+
+struct ns_info {
+    char *name;
+    uint64_t chunks, bytes, hits, misses;
+};
+
+struct ns_table {
+    struct ns_info *v;
+    uint32_t n, cap;
+};
+
+enum lease_kind { LEASE_READ = 1, LEASE_WRITE = 2 };
+
+struct lease {
+    uint64_t id;
+    uint32_t pipe;
+    uint8_t kind;
+    uint64_t deadline; /* ms since start */
+    uint32_t n;
+    uint32_t *slot;    /* index slots; IDX_NONE for keys that existed */
+    uint32_t *parent;  /* write: parent slot of each, or IDX_NONE */
+    uint32_t *pgen;    /* write: generation of that parent */
+    struct lease *hnext;
+};
+
+#define LEASE_BUCKETS 4096
+
+struct lease_table {
+    struct lease *b[LEASE_BUCKETS];
+    uint64_t next_id;
+    uint64_t count;
+};
+
+struct counters {
+    uint64_t hits, misses, puts, evictions, bytes_in, bytes_out;
+    uint64_t errors, expired_leases, requests;
+};
+
+struct server;
+
+struct kvtierd {
+    struct kvt_config cfg;
+    struct dram *dram;
+    struct idx idx;
+    struct ns_table ns;
+    struct lease_table leases;
+    struct server *srv;
+    struct counters st;
+    uint32_t *pipes; /* connected nng pipe ids */
+    uint32_t n_pipes, cap_pipes;
+    uint64_t evict_target; /* >0: bytes still to free in slices */
+    char gpu[160];
+    uint64_t start_ms;
+};
+
+uint64_t now_ms(void);
+static inline uint64_t kvtierd_clock(const struct kvtierd *d)
+{
+    return now_ms() - d->start_ms;
+}
+
+/* ns.c */
+uint16_t ns_find(const struct ns_table *t, const char *name);
+uint16_t ns_intern(struct ns_table *t, const char *name); /* NS_NONE: full */
+void ns_free(struct ns_table *t);
+
+/* lease.c */
+struct lease *lease_new(struct kvtierd *d, uint32_t pipe, uint8_t kind,
+                        uint32_t n);
+struct lease *lease_find(struct kvtierd *d, uint64_t id);
+/* Drop: unpin a read lease, free the pending chunks of a write lease. */
+void lease_drop(struct kvtierd *d, struct lease *l);
+/* Forget a committed write lease without touching its chunks. */
+void lease_forget(struct kvtierd *d, struct lease *l);
+void lease_expire(struct kvtierd *d, uint64_t now);
+void lease_drop_pipe(struct kvtierd *d, uint32_t pipe);
+void lease_drop_all(struct kvtierd *d);
+
+/* store.c: policy over index + DRAM tier */
+kvt_err store_reserve(struct kvtierd *d, uint16_t ns, const kvt_key *key,
+                      uint64_t size, uint32_t *slot);
+void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
+                  uint32_t parent);
+/* Remove a chunk (doom it if pinned). */
+void store_delete(struct kvtierd *d, uint32_t slot);
+/* Free a chunk's space and index slot now (must be unpinned). */
+void store_free(struct kvtierd *d, uint32_t slot);
+/* Evict up to max victims or until want_free bytes are free; returns bytes
+ * freed. */
+uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max);
+/* Evict in slices while usage is above the high watermark. */
+void store_watermark(struct kvtierd *d);
+uint64_t store_used(const struct kvtierd *d);
+void *store_ptr(const struct kvtierd *d, uint32_t slot);
+uint64_t store_off(const struct kvtierd *d, uint32_t slot);
+
+/* pipes (handlers.c) */
+void pipe_added(struct kvtierd *d, uint32_t pipe);
+void pipe_removed(struct kvtierd *d, uint32_t pipe);
+int pipe_alive(const struct kvtierd *d, uint32_t pipe);
+
+/* handlers.c: one request in, one response out (caller frees both). */
+void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
+                    size_t len, Kvtier__Response *rsp, void **scratch);
+void handle_response_free(Kvtier__Response *rsp, void *scratch);
+
+#endif

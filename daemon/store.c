@@ -1,0 +1,143 @@
+/*
+ * store.c -- placement and eviction policy over the index and the DRAM tier.
+ *
+ * Design: the tiers only store bytes; this file decides where a chunk goes
+ * and which chunk leaves. A reservation that does not fit evicts the
+ * coldest leaf (index.h explains the prefix-aware order) and retries, one
+ * victim at a time, until it fits or nothing is evictable (KVT_ENOSPC).
+ * Pinned and uncommitted chunks are never on the eviction list, so they are
+ * never evicted. Watermark eviction runs in bounded slices from the core
+ * loop so one big commit cannot stall every other client (STYLE §8).
+ */
+#include <string.h>
+
+#include "kvtierd.h"
+#include "log.h"
+
+#define EVICT_SLICE 256
+
+static struct tier *dram_tier(const struct kvtierd *d)
+{
+    return &d->dram->tier;
+}
+
+/* The DRAM tier frees by handle alone. */
+static struct tier_loc loc_of(const struct idx_entry *e)
+{
+    return (struct tier_loc){0, 0, e->blk};
+}
+
+uint64_t store_off(const struct kvtierd *d, uint32_t slot)
+{
+    return dram_block_off(d->dram, idx_at(&d->idx, slot)->blk);
+}
+
+void *store_ptr(const struct kvtierd *d, uint32_t slot)
+{
+    return dram_ptr(d->dram, store_off(d, slot));
+}
+
+uint64_t store_used(const struct kvtierd *d)
+{
+    return d->dram->bytes - tlsf_free_units(d->dram->alloc) * DRAM_UNIT;
+}
+
+static kvt_err alloc_evicting(struct kvtierd *d, uint64_t size,
+                              struct tier_loc *loc)
+{
+    struct tier *t = dram_tier(d);
+    for (;;) {
+        kvt_err e = t->ops->alloc(t, size, loc);
+        if (e != KVT_ENOSPC) return e;
+        if (store_evict(d, size, 1) == 0) return KVT_ENOSPC;
+    }
+}
+
+kvt_err store_reserve(struct kvtierd *d, uint16_t ns, const kvt_key *key,
+                      uint64_t size, uint32_t *slot)
+{
+    struct tier_loc loc;
+    if (size > d->dram->bytes) return KVT_ENOSPC;
+    kvt_err e = alloc_evicting(d, size, &loc);
+    if (e != KVT_OK) return e;
+    uint32_t i = idx_insert(&d->idx, ns, key);
+    if (i == IDX_NONE) {
+        dram_tier(d)->ops->free(dram_tier(d), &loc);
+        return KVT_ENOMEM;
+    }
+    struct idx_entry *en = idx_at(&d->idx, i);
+    en->blk = loc.h;
+    en->size = size;
+    *slot = i;
+    return KVT_OK;
+}
+
+void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
+                  uint32_t parent)
+{
+    struct idx_entry *e = idx_at(&d->idx, slot);
+    e->csum = csum;
+    idx_commit(&d->idx, slot, parent, kvtierd_clock(d));
+    struct ns_info *ni = &d->ns.v[e->ns];
+    ni->chunks++;
+    ni->bytes += e->size;
+    d->st.puts++;
+    d->st.bytes_in += e->size;
+}
+
+void store_free(struct kvtierd *d, uint32_t slot)
+{
+    struct idx_entry *e = idx_at(&d->idx, slot);
+    if (e->state == IDX_READY) {
+        struct ns_info *ni = &d->ns.v[e->ns];
+        ni->chunks--;
+        ni->bytes -= e->size;
+    }
+    struct tier_loc loc = loc_of(e);
+    dram_tier(d)->ops->free(dram_tier(d), &loc);
+    idx_remove(&d->idx, slot);
+}
+
+void store_delete(struct kvtierd *d, uint32_t slot)
+{
+    struct idx_entry *e = idx_at(&d->idx, slot);
+    if (e->state != IDX_READY) return;
+    if (e->pins == 0) {
+        store_free(d, slot);
+        return;
+    }
+    struct ns_info *ni = &d->ns.v[e->ns];
+    ni->chunks--;
+    ni->bytes -= e->size;
+    idx_doom(&d->idx, slot);
+}
+
+static uint64_t free_bytes(const struct kvtierd *d)
+{
+    return d->dram->bytes - store_used(d);
+}
+
+uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
+{
+    uint64_t freed = 0;
+    for (uint32_t n = 0; n < max && free_bytes(d) < want_free; n++) {
+        uint32_t v = idx_victim(&d->idx);
+        if (v == IDX_NONE) break;
+        freed += idx_at(&d->idx, v)->size;
+        store_free(d, v);
+        d->st.evictions++;
+    }
+    return freed;
+}
+
+void store_watermark(struct kvtierd *d)
+{
+    uint64_t cap = d->dram->bytes, used = store_used(d);
+    uint64_t high = (uint64_t)((double)cap * d->cfg.high_watermark);
+    uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);
+    if (d->evict_target == 0 && used > high) d->evict_target = cap - low;
+    if (d->evict_target == 0) return;
+    store_evict(d, d->evict_target, EVICT_SLICE);
+    if (free_bytes(d) >= d->evict_target || idx_victim(&d->idx) == IDX_NONE)
+        d->evict_target = 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * dram.h -- the shared-memory DRAM tier.
+ *
+ * Design: one file under /dev/shm (or any path) of pool_bytes, created and
+ * flock()ed by the daemon at start, mapped MAP_SHARED by the daemon and by
+ * every local client. Space is handed out in 4 KiB units by an O(1) TLSF
+ * allocator whose metadata lives on the daemon's heap, never in the pool,
+ * because clients can write the pool. The flock is how a second daemon
+ * learns the pool is taken; a file left by a dead daemon is not locked and
+ * is taken over.
+ */
+#ifndef KVT_DRAM_H
+#define KVT_DRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tier.h"
+#include "tlsf.h"
+
+#define DRAM_UNIT 4096u
+
+struct dram_opts {
+    const char *path;
+    uint64_t bytes;
+    unsigned mode;     /* file mode, e.g. 0600 */
+    const char *group; /* NULL or "" for the daemon's own */
+};
+
+struct dram {
+    struct tier tier; /* first: a struct dram is a struct tier */
+    char *path;
+    int fd;
+    uint8_t *base;
+    uint64_t bytes;
+    struct tlsf *alloc;
+};
+
+/* Create (or take over a stale) pool. KVT_EBUSY if another live daemon
+ * holds it; err receives a sentence either way. */
+kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
+                  size_t errlen);
+/* Unmap, unlock and (if unlink) remove the file. Accepts NULL. */
+void dram_close(struct dram *d, int unlink_file);
+
+/* Byte offset of an allocation handle. */
+static inline uint64_t dram_block_off(const struct dram *d, uint32_t h)
+{
+    return tlsf_block_off(d->alloc, h) * DRAM_UNIT;
+}
+
+static inline void *dram_ptr(const struct dram *d, uint64_t off)
+{
+    return d->base + off;
+}
+
+#endif
