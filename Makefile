@@ -22,7 +22,7 @@ ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
-CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -I$(BUILD)/gen
+CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -Iclient -Itests/lib -I$(BUILD)/gen
 
 LIBS    := -lnng -lprotobuf-c -linih -lxxhash -lcrypto -lpthread -ldl -lm
 TEST_LIBS := -lcmocka

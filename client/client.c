@@ -127,7 +127,9 @@ static void map_pool(kvt_client *c, const char *path, uint64_t bytes)
     c->pool_bytes = bytes;
 }
 
-static kvt_err hello(kvt_client *c)
+/* Only ipc:// peers share our host; a tcp:// daemon is remote even when
+ * its pool path happens to exist here. */
+static kvt_err hello(kvt_client *c, int local)
 {
     Kvtier__Request q = KVTIER__REQUEST__INIT;
     Kvtier__Hello h = KVTIER__HELLO__INIT;
@@ -146,7 +148,8 @@ static kvt_err hello(kvt_client *c)
     c->client_id = r->hello->client_id;
     c->max_keys = r->hello->max_keys;
     snprintf(c->gpu, sizeof c->gpu, "%s", r->hello->gpu);
-    if (r->hello->pool_path[0]) map_pool(c, r->hello->pool_path, r->hello->pool_bytes);
+    if (local && r->hello->pool_path[0])
+        map_pool(c, r->hello->pool_path, r->hello->pool_bytes);
     kvtier__response__free_unpacked(r, NULL);
     return KVT_OK;
 }
@@ -176,7 +179,7 @@ kvt_err kvt_connect(const char *url, kvt_client **out)
         kvt_set_timeout(c, 10000);
         rv = nng_dial(c->sock, url, NULL, 0);
     }
-    kvt_err e = rv ? wire_nng_err(rv) : hello(c);
+    kvt_err e = rv ? wire_nng_err(rv) : hello(c, strncmp(url, "ipc://", 6) == 0);
     if (e != KVT_OK) {
         kvt_close(c);
         return e;

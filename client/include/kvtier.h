@@ -130,8 +130,8 @@ typedef uint64_t kvt_lease;
 /*
  * Connect to a daemon. url is "ipc:///path", "tcp://host:port" or a plain
  * path (taken as ipc); NULL means $KVTIER_SOCKET, else ./var/kvtierd.sock.
- * Maps the daemon's DRAM pool when it can (ipc on the same host); without the
- * mapping only copying calls work. On success *out is owned by the caller
+ * Maps the daemon's DRAM pool when it can (ipc:// only: a tcp:// daemon is
+ * taken as remote); without the mapping only copying calls work. On success *out is owned by the caller
  * and freed by kvt_close. A client's leases die with its connection.
  */
 kvt_err kvt_connect(const char *url, kvt_client **out);
