@@ -8,6 +8,9 @@
 #   cuda/kvt_gpu_check     plain C: dlopens the library through
 #                          kvt_gpu_open and checks the CUDA path against the
 #                          CPU reference bit for bit (scripts/gpu-check.sh)
+#   tests/unit/test_cuda_emu  the kernel's own code on an emulated grid
+#                          against the CPU reference; needs nvcc, not a GPU,
+#                          so `make test` runs it everywhere nvcc exists
 #
 # nvcc is optional: NVCC from the environment, else nvcc on PATH, else
 # /usr/local/cuda/bin/nvcc; with none, one line says so and the library is
@@ -26,6 +29,7 @@ NVCCFLAGS ?= -std=c++20 -O3 -g $(NVCC_ARCH) -Werror all-warnings \
 
 KVT_CUDA_SO   := $(BUILD)/lib/libkvtier_cuda.so
 KVT_GPU_CHECK := $(BUILD)/cuda/kvt_gpu_check
+KVT_CUDA_EMU  := $(BUILD)/tests/unit/test_cuda_emu
 CUDA_SO_OBJ   := $(BUILD)/obj/cuda-so
 CUDA_HDRS     := cuda/kvt_cuda_api.h cuda/layout.h client/include/kvtier.h
 GPU_CHECK_SRC := cuda/test/gpu_check.c cuda/layout.c cuda/gather_cpu.c cuda/gpu.c
@@ -42,6 +46,7 @@ $(info cuda.mk: no nvcc (set NVCC=/path/to/nvcc); skipping libkvtier_cuda.so)
 else
 all: $(KVT_CUDA_SO)
 cuda-all: $(KVT_CUDA_SO)
+test-bin: $(KVT_CUDA_EMU)
 endif
 endif
 
@@ -49,10 +54,21 @@ $(CUDA_SO_OBJ)/kvt_cuda.o: cuda/kvt_cuda.cu $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Iclient/include -Icuda -c $< -o $@
 
-# layout.c again, hidden inside the library (it validates block ids there).
-$(CUDA_SO_OBJ)/layout.o: cuda/layout.c
+# layout.c again, hidden inside the library (it validates block ids there);
+# gather_cpu.c for the emulation test.
+$(CUDA_SO_OBJ)/%.o: cuda/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=hidden -c $< -o $@
+
+$(CUDA_SO_OBJ)/emu_check.o: cuda/test/emu_check.cu cuda/kvt_cuda.cu \
+                            cuda/test/fixture.h $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iclient/include -Icuda -c $< -o $@
+
+$(KVT_CUDA_EMU): $(CUDA_SO_OBJ)/emu_check.o $(CUDA_SO_OBJ)/layout.o \
+                 $(CUDA_SO_OBJ)/gather_cpu.o
+	@mkdir -p $(dir $@)
+	$(NVCC) -cudart static $(NVCC_ARCH) $^ -o $@ -ldl -lpthread -lrt
 
 $(KVT_CUDA_SO): $(CUDA_SO_OBJ)/kvt_cuda.o $(CUDA_SO_OBJ)/layout.o
 	@mkdir -p $(dir $@)

@@ -104,24 +104,37 @@ static kvt_err xf_bad(const char *what)
 
 /* ------------------------------------------------------------ kernels -- */
 
+/* Unrolled on the device; the host compiler (emulation) does its own. */
+#ifdef __CUDA_ARCH__
+#define XF_PRAGMA_UNROLL _Pragma("unroll")
+#else
+#define XF_PRAGMA_UNROLL
+#endif
+
 /* Engine-side address of vector i of a tile. */
 template <typename V>
-__device__ __forceinline__ V *xf_row(const xf_args &a, char *tens,
-                                     uint32_t i, uint32_t per_tok)
+__host__ __device__ __forceinline__ V *xf_row(const xf_args &a, char *tens,
+                                              uint32_t i, uint32_t per_tok)
 {
     uint32_t t = i / per_tok, r = i - t * per_tok;
     uint32_t h = r / a.row_vecs, v = r - h * a.row_vecs;
     return (V *)(tens + t * a.token_stride + h * a.head_stride) + v;
 }
 
+/*
+ * What thread tx of CUDA block (bx, by) moves. Host-callable so that
+ * cuda/test/emu_check.cu runs exactly this code over an emulated grid on
+ * machines without a GPU.
+ */
 template <typename V, bool GATHER>
-__global__ void __launch_bounds__(XF_THREADS)
-    xf_kernel(const __grid_constant__ xf_args a)
+__host__ __device__ __forceinline__ void
+xf_body(const xf_args &a, uint32_t bx, uint32_t by, uint32_t tx)
 {
-    const uint32_t pair = blockIdx.y;
-    const uint32_t bi = blockIdx.x / a.n_tiles;
-    const uint32_t t0 = (blockIdx.x - bi * a.n_tiles) * a.tile_tokens;
-    const uint32_t nt = min(a.tile_tokens, a.block_size - t0);
+    const uint32_t pair = by;
+    const uint32_t bi = bx / a.n_tiles;
+    const uint32_t t0 = (bx - bi * a.n_tiles) * a.tile_tokens;
+    const uint32_t left = a.block_size - t0;
+    const uint32_t nt = a.tile_tokens < left ? a.tile_tokens : left;
     const uint32_t g = a.blk_off + bi;
     const uint32_t ci = g / a.bpc;
     const uint64_t tok = (uint64_t)(g - ci * a.bpc) * a.block_size + t0;
@@ -133,16 +146,15 @@ __global__ void __launch_bounds__(XF_THREADS)
     V *chk = (V *)((char *)a.chunk[ci] + pair * a.pair_bytes) +
              tok * per_tok;
 
-    for (uint32_t i0 = threadIdx.x; i0 < total;
-         i0 += XF_THREADS * XF_UNROLL) {
-        V v[XF_UNROLL];
-#pragma unroll
+    for (uint32_t i0 = tx; i0 < total; i0 += XF_THREADS * XF_UNROLL) {
+        V v[XF_UNROLL] = {};
+        XF_PRAGMA_UNROLL
         for (int u = 0; u < XF_UNROLL; u++) {
             uint32_t i = i0 + u * XF_THREADS;
             if (i < total)
                 v[u] = GATHER ? *xf_row<V>(a, tens, i, per_tok) : chk[i];
         }
-#pragma unroll
+        XF_PRAGMA_UNROLL
         for (int u = 0; u < XF_UNROLL; u++) {
             uint32_t i = i0 + u * XF_THREADS;
             if (i >= total)
@@ -155,6 +167,13 @@ __global__ void __launch_bounds__(XF_THREADS)
     }
 }
 
+template <typename V, bool GATHER>
+__global__ void __launch_bounds__(XF_THREADS)
+    xf_kernel(const __grid_constant__ xf_args a)
+{
+    xf_body<V, GATHER>(a, blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
 template <typename V>
 static void xf_launch_v(const xf_args &a, dim3 grid, bool gather,
                         cudaStream_t s)
@@ -165,9 +184,15 @@ static void xf_launch_v(const xf_args &a, dim3 grid, bool gather,
         xf_kernel<V, false><<<grid, XF_THREADS, 0, s>>>(a);
 }
 
-static void xf_launch(const xf_args &a, dim3 grid, unsigned width,
-                      bool gather, cudaStream_t s)
+/* Launches one kernel of a transfer; returns the launch error. */
+typedef cudaError_t (*xf_launch_fn)(const xf_args &a, dim3 grid,
+                                    unsigned width, bool gather,
+                                    cudaStream_t s);
+
+static cudaError_t xf_launch(const xf_args &a, dim3 grid, unsigned width,
+                             bool gather, cudaStream_t s)
 {
+    cudaGetLastError(); /* the error we return must be this launch's */
     switch (width) {
     case 16: xf_launch_v<uint4>(a, grid, gather, s); break;
     case 8: xf_launch_v<uint2>(a, grid, gather, s); break;
@@ -175,6 +200,7 @@ static void xf_launch(const xf_args &a, dim3 grid, unsigned width,
     case 2: xf_launch_v<uint16_t>(a, grid, gather, s); break;
     default: xf_launch_v<uint8_t>(a, grid, gather, s); break;
     }
+    return cudaGetLastError();
 }
 
 /* --------------------------------------------------------- transfers -- */
@@ -219,14 +245,13 @@ static void xf_args_init(xf_args *a, const kvt_layout *d, size_t bpc,
 /* Launch a validated transfer whose chunks are device addresses. */
 static kvt_err xf_run(const kvt_layout *d, const int32_t *ids, size_t n,
                       size_t bpc, const uint64_t *chunks, bool gather,
-                      cudaStream_t s)
+                      cudaStream_t s, xf_launch_fn launch)
 {
     unsigned width = xf_width(d, chunks, n / bpc);
     xf_args *a = (xf_args *)malloc(sizeof(*a));
     if (a == NULL)
         return KVT_ENOMEM;
     xf_args_init(a, d, bpc, width);
-    cudaGetLastError(); /* launch errors below must be ours */
     for (size_t s0 = 0; s0 < n;) {
         size_t m = n - s0 < XF_MAX_BLOCKS ? n - s0 : XF_MAX_BLOCKS;
         if (m > INT32_MAX / a->n_tiles) /* huge blocks: fewer per launch */
@@ -237,8 +262,7 @@ static kvt_err xf_run(const kvt_layout *d, const int32_t *ids, size_t n,
         memcpy(a->chunk, chunks + c0, n_ch * sizeof(uint64_t));
         memcpy(a->block, ids + s0, m * sizeof(int32_t));
         dim3 grid((unsigned)(m * a->n_tiles), d->num_layers * d->num_kv);
-        xf_launch(*a, grid, width, gather, s);
-        cudaError_t e = cudaGetLastError();
+        cudaError_t e = launch(*a, grid, width, gather, s);
         if (e != cudaSuccess) {
             free(a);
             return xf_fail(e, "gather/scatter kernel launch");
@@ -342,7 +366,7 @@ static kvt_err xf_direct(kvt_cuda_ctx *ctx, const kvt_layout *d,
     err = xf_resolve(ctx, s->device, chunks, n / bpc, chunk_len, &dev);
     if (err != KVT_OK)
         return err;
-    err = xf_run(d, ids, n, bpc, dev, gather, s->s);
+    err = xf_run(d, ids, n, bpc, dev, gather, s->s, xf_launch);
     free(dev);
     return err;
 }
@@ -373,7 +397,7 @@ static kvt_err xf_stage_round(const kvt_layout *d, const int32_t *ids,
     for (size_t j = 0; j < k && !gather; j++)
         XF_TRY(cudaMemcpyAsync(stage + j * chunk_len, chunks[j], chunk_len,
                                cudaMemcpyDefault, s));
-    kvt_err err = xf_run(d, ids, k * bpc, bpc, sdev, gather, s);
+    kvt_err err = xf_run(d, ids, k * bpc, bpc, sdev, gather, s, xf_launch);
     if (err != KVT_OK)
         return err;
     for (size_t j = 0; j < k && gather; j++)

@@ -133,48 +133,51 @@ static int geom_cross(const kvt_layout_params *p, const struct lay_dims *d,
     return mul_ok(d->l2_plane, p->num_blocks, &g->tensor_bytes);
 }
 
-static int geom_custom(const kvt_layout_params *p, const struct lay_dims *d,
-                       struct lay_geom *g)
+static kvt_err geom_custom(const kvt_layout_params *p,
+                           const struct lay_dims *d, struct lay_geom *g)
 {
     uint64_t a, b, c;
     if (p->num_kv != 1 && p->num_kv != 2)
-        return 0;
+        return KVT_EINVAL;
     if ((p->num_blocks > 1 && p->block_stride == 0) ||
         (p->block_size > 1 && p->token_stride == 0) ||
         (p->num_kv_heads > 1 && p->head_stride == 0))
-        return 0;
+        return KVT_EINVAL;
     if (p->block_stride % p->elem_size || p->token_stride % p->elem_size ||
         p->head_stride % p->elem_size)
-        return 0;
+        return KVT_EINVAL;
     g->num_kv = p->num_kv;
     g->block_stride = p->block_stride;
     g->token_stride = p->token_stride;
     g->head_stride = p->head_stride;
     /* Extent of one tensor: the last row's end. */
-    return mul_ok(p->num_blocks - 1, p->block_stride, &a) &&
-           mul_ok(p->block_size - 1, p->token_stride, &b) &&
-           mul_ok(p->num_kv_heads - 1, p->head_stride, &c) &&
-           !__builtin_add_overflow(a, b, &a) &&
-           !__builtin_add_overflow(a, c, &a) &&
-           !__builtin_add_overflow(a, d->row, &g->tensor_bytes);
+    if (mul_ok(p->num_blocks - 1, p->block_stride, &a) &&
+        mul_ok(p->block_size - 1, p->token_stride, &b) &&
+        mul_ok(p->num_kv_heads - 1, p->head_stride, &c) &&
+        !__builtin_add_overflow(a, b, &a) &&
+        !__builtin_add_overflow(a, c, &a) &&
+        !__builtin_add_overflow(a, d->row, &g->tensor_bytes))
+        return KVT_OK;
+    return KVT_ETOOBIG;
 }
 
-/* 1 on success, 0 on overflow or a bad CUSTOM description. */
-static int lay_geom_of(const kvt_layout_params *p, struct lay_geom *g)
+/* The geometry of p's kind: KVT_ETOOBIG on overflow, KVT_EINVAL for a
+ * bad CUSTOM description. */
+static kvt_err lay_geom_of(const kvt_layout_params *p, struct lay_geom *g)
 {
     struct lay_dims d;
     memset(g, 0, sizeof(*g));
     if (!lay_dims(p, &d))
-        return 0;
+        return KVT_ETOOBIG;
     switch (p->kind) {
     case KVT_LAYOUT_VLLM_FLASH_NHD:
     case KVT_LAYOUT_VLLM_FLASH_HND:
     case KVT_LAYOUT_FLASHINFER_NHD:
     case KVT_LAYOUT_FLASHINFER_HND:
-        return geom_per_layer(p, &d, g);
+        return geom_per_layer(p, &d, g) ? KVT_OK : KVT_ETOOBIG;
     case KVT_LAYOUT_VLLM_CROSS_NHD:
     case KVT_LAYOUT_VLLM_CROSS_HND:
-        return geom_cross(p, &d, g);
+        return geom_cross(p, &d, g) ? KVT_OK : KVT_ETOOBIG;
     case KVT_LAYOUT_SGLANG_MHA:
     case KVT_LAYOUT_MLA:
         g->num_kv = p->kind == KVT_LAYOUT_MLA ? 1 : 2;
@@ -182,11 +185,11 @@ static int lay_geom_of(const kvt_layout_params *p, struct lay_geom *g)
         g->token_stride = d.row * p->num_kv_heads;
         g->head_stride = d.row;
         g->tensor_bytes = d.n_plane;
-        return 1;
+        return KVT_OK;
     case KVT_LAYOUT_CUSTOM:
         return geom_custom(p, &d, g);
     default:
-        return 0;
+        return KVT_EINVAL;
     }
 }
 
@@ -234,8 +237,9 @@ kvt_err kvt_layout_init(kvt_layout *out, const kvt_layout_params *p)
     kvt_err err = lay_check_params(p);
     if (err != KVT_OK)
         return err;
-    if (!lay_geom_of(p, &g))
-        return p->kind == KVT_LAYOUT_CUSTOM ? KVT_EINVAL : KVT_ETOOBIG;
+    err = lay_geom_of(p, &g);
+    if (err != KVT_OK)
+        return err;
     for (size_t i = 0; i < p->n_bases; i++) {
         uint64_t end;
         if (p->bases[i] == 0 || p->bases[i] % p->elem_size != 0)

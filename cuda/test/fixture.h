@@ -8,9 +8,9 @@
  * out independently of layout.c's strides, so a test comparing the two
  * catches a wrong stride, not just an inconsistent one. fx_canon is the
  * canonical chunk order, spelled out the same way. Header-only (static
- * inline): each test binary includes it once.
+ * inline): each test binary includes it once; C and C++ alike.
  *
- * Ownership: fx_alloc mallocs the tensors; fx_free releases them.
+ * Ownership: fx_alloc/fx_alloc_at malloc the tensors; fx_free frees.
  */
 #ifndef KVT_FIXTURE_H
 #define KVT_FIXTURE_H
@@ -25,7 +25,8 @@ typedef struct fx_kv {
     kvt_layout_params p;
     kvt_layout d;
     uint64_t bases[KVT_LAYOUT_MAX_LAYERS * 2];
-    uint8_t *mem[KVT_LAYOUT_MAX_LAYERS * 2];
+    uint8_t *mem[KVT_LAYOUT_MAX_LAYERS * 2]; /* tensors */
+    uint8_t *raw[KVT_LAYOUT_MAX_LAYERS * 2]; /* their allocations */
     size_t n_tensors, tensor_bytes;
 } fx_kv;
 
@@ -69,8 +70,11 @@ static inline void fx_params(fx_kv *f, kvt_layout_kind kind,
     f->p.n_bases = f->n_tensors;
 }
 
-/* Allocate (zeroed) tensors of kind and shape s; 0 on failure. */
-static inline int fx_alloc(fx_kv *f, kvt_layout_kind kind, const fx_shape *s)
+/* Allocate (zeroed) tensors of kind and shape s, each starting off bytes
+ * past a 64-byte boundary (off a multiple of the element size, so bases
+ * can be made to defeat wide vector copies); 0 on failure. */
+static inline int fx_alloc_at(fx_kv *f, kvt_layout_kind kind,
+                              const fx_shape *s, size_t off)
 {
     memset(f, 0, sizeof(*f));
     fx_params(f, kind, s);
@@ -80,19 +84,27 @@ static inline int fx_alloc(fx_kv *f, kvt_layout_kind kind, const fx_shape *s)
         return 0;
     f->tensor_bytes = f->d.tensor_bytes;
     for (size_t i = 0; i < f->n_tensors; i++) {
-        f->mem[i] = aligned_alloc(64, (f->tensor_bytes + 63) / 64 * 64);
-        if (f->mem[i] == NULL)
+        size_t len = (f->tensor_bytes + off + 63) / 64 * 64;
+        f->raw[i] = (uint8_t *)aligned_alloc(64, len);
+        if (f->raw[i] == NULL)
             return 0;
+        f->mem[i] = f->raw[i] + off;
         memset(f->mem[i], 0, f->tensor_bytes);
         f->bases[i] = (uint64_t)(uintptr_t)f->mem[i];
     }
     return kvt_layout_init(&f->d, &f->p) == KVT_OK;
 }
 
+static inline int fx_alloc(fx_kv *f, kvt_layout_kind kind, const fx_shape *s)
+{
+    return fx_alloc_at(f, kind, s, 0);
+}
+
 static inline void fx_free(fx_kv *f)
 {
     for (size_t i = 0; i < f->n_tensors; i++)
-        free(f->mem[i]);
+        free(f->raw[i]);
+    memset(f->raw, 0, sizeof(f->raw));
     memset(f->mem, 0, sizeof(f->mem));
 }
 
@@ -116,7 +128,7 @@ static inline uint64_t fx_sum(const fx_kv *f)
 
 static inline uint64_t fx_sum_buf(const void *p, size_t n)
 {
-    const uint8_t *b = p;
+    const uint8_t *b = (const uint8_t *)p;
     uint64_t h = 1469598103934665603ull;
     for (size_t j = 0; j < n; j++)
         h = (h ^ b[j]) * 1099511628211ull;

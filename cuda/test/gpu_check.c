@@ -76,12 +76,14 @@ static void *xmalloc(size_t n)
 
 typedef struct dv_kv {
     kvt_layout d;
-    void *mem[KVT_LAYOUT_MAX_LAYERS * 2];
+    void *mem[KVT_LAYOUT_MAX_LAYERS * 2]; /* tensors */
+    void *raw[KVT_LAYOUT_MAX_LAYERS * 2]; /* their allocations */
     size_t n, bytes;
 } dv_kv;
 
-/* Device tensors shaped like f, holding f's bytes (copy) or zeros. */
-static int dv_make(dv_kv *v, fx_kv *f, int copy)
+/* Device tensors shaped like f, holding f's bytes (copy) or zeros, each
+ * off bytes into its allocation (off > 0: narrower vectors). */
+static int dv_make(dv_kv *v, fx_kv *f, int copy, size_t off)
 {
     uint64_t bases[KVT_LAYOUT_MAX_LAYERS * 2];
     kvt_layout_params p = f->p;
@@ -89,8 +91,9 @@ static int dv_make(dv_kv *v, fx_kv *f, int copy)
     v->n = f->n_tensors;
     v->bytes = f->tensor_bytes;
     for (size_t i = 0; i < v->n; i++) {
-        if (O->dev_alloc(C, 0, v->bytes, &v->mem[i]) != KVT_OK)
+        if (O->dev_alloc(C, 0, v->bytes + off, &v->raw[i]) != KVT_OK)
             return 0;
+        v->mem[i] = (uint8_t *)v->raw[i] + off;
         bases[i] = (uint64_t)(uintptr_t)v->mem[i];
         if (copy)
             CHECK_OK(O->memcpy_async(C, v->mem[i], f->mem[i], v->bytes, S));
@@ -106,8 +109,8 @@ static int dv_make(dv_kv *v, fx_kv *f, int copy)
 static void dv_free(dv_kv *v)
 {
     for (size_t i = 0; i < v->n; i++)
-        if (v->mem[i] != NULL)
-            CHECK_OK(O->dev_free(C, v->mem[i]));
+        if (v->raw[i] != NULL)
+            CHECK_OK(O->dev_free(C, v->raw[i]));
 }
 
 /* 1 if the device tensors hold exactly f's bytes. */
@@ -180,6 +183,7 @@ typedef struct xcase {
     dv_kv v;            /* the same on the device */
     int32_t *ids, *ids2;
     size_t n, bpc, n_chunks, cl;
+    size_t base_off;    /* device tensors this far into their allocation */
     uint8_t *ref;       /* CPU-gathered chunks of ids */
 } xcase;
 
@@ -239,7 +243,7 @@ static void scatter_from(xcase *x, enum mem_kind m, size_t off, int staged)
                    x->f.p.num_kv_heads, x->f.p.head_size, x->f.p.elem_size};
     CHECK(fx_alloc(&want, x->f.p.kind, &sh));
     CHECK(fx_alloc(&zero, x->f.p.kind, &sh));
-    CHECK(dv_make(&dst, &zero, 0));
+    CHECK(dv_make(&dst, &zero, 0, x->base_off));
     for (size_t c = 0; c < x->n_chunks; c++)
         CHECK_OK(kvt_scatter_cpu(&want.d, x->ids2 + c * x->bpc, x->bpc,
                                  x->ref + c * x->cl, x->cl));
@@ -306,13 +310,15 @@ static void check_refusals(xcase *x)
 }
 
 static int xcase_init(xcase *x, kvt_layout_kind kind, const fx_shape *sh,
-                      size_t bpc, size_t n_chunks, uint64_t *seed)
+                      size_t bpc, size_t n_chunks, size_t base_off,
+                      uint64_t *seed)
 {
     memset(x, 0, sizeof(*x));
+    x->base_off = base_off;
     if (!fx_alloc(&x->f, kind, sh))
         return 0;
     fx_fill(&x->f, fx_rand(seed));
-    if (!dv_make(&x->v, &x->f, 1))
+    if (!dv_make(&x->v, &x->f, 1, base_off))
         return 0;
     x->bpc = bpc;
     x->n_chunks = n_chunks;
@@ -340,10 +346,11 @@ static void xcase_free(xcase *x)
 }
 
 static void run_case(kvt_layout_kind kind, const fx_shape *sh, size_t bpc,
-                     size_t n_chunks, uint64_t *seed, int full)
+                     size_t n_chunks, size_t base_off, uint64_t *seed,
+                     int full)
 {
     xcase x;
-    if (!xcase_init(&x, kind, sh, bpc, n_chunks, seed)) {
+    if (!xcase_init(&x, kind, sh, bpc, n_chunks, base_off, seed)) {
         fails++;
         fprintf(stderr, "FAIL setting up %s\n", kvt_layout_kind_name(kind));
         xcase_free(&x);
@@ -388,16 +395,20 @@ static void run_matrix(void)
                 sh.elem_size = es;
                 if (all_kinds[k] == KVT_LAYOUT_MLA && s == 2)
                     sh.head_size = 576; /* kv_lora_rank 512 + rope 64 */
-                run_case(all_kinds[k], &sh, 2, 3, &seed, s != 2);
+                run_case(all_kinds[k], &sh, 2, 3, 0, &seed, s != 2);
+                if (s == 0) /* tensors off 16-byte alignment */
+                    run_case(all_kinds[k], &sh, 2, 3, es, &seed, 0);
             }
-    /* Past one launch: 2100 blocks in chunks of 700, then 1500 chunks of
-     * one block (page_size 1, as SGLang runs). */
+    /* Past one launch: 2100 blocks in chunks of 700, 2052 in chunks of
+     * 513 (a launch's last chunk began in the launch before), then 1500
+     * chunks of one block (page_size 1, as SGLang runs). */
     fx_shape big = {2, 3000, 1, 2, 64, 2};
-    run_case(KVT_LAYOUT_SGLANG_MHA, &big, 700, 3, &seed, 0);
-    run_case(KVT_LAYOUT_SGLANG_MHA, &big, 1, 1500, &seed, 0);
+    run_case(KVT_LAYOUT_SGLANG_MHA, &big, 700, 3, 0, &seed, 0);
+    run_case(KVT_LAYOUT_SGLANG_MHA, &big, 513, 4, 0, &seed, 0);
+    run_case(KVT_LAYOUT_SGLANG_MHA, &big, 1, 1500, 0, &seed, 0);
     big.block_size = 16;
     big.blocks = 1200;
-    run_case(KVT_LAYOUT_VLLM_CROSS_HND, &big, 1100, 1, &seed, 0);
+    run_case(KVT_LAYOUT_VLLM_CROSS_HND, &big, 1100, 1, 0, &seed, 0);
 }
 
 /* ---------------------------------------------------------------- IPC -- */
@@ -496,12 +507,12 @@ static void ipc_check(int to_child, int from_child)
     struct ipc_reply r = {.gather_err = KVT_EINTERNAL};
     xcase x;
     uint64_t seed = 99;
-    CHECK(xcase_init(&x, KVT_LAYOUT_VLLM_FLASH_NHD, &sh, 4, 1, &seed));
+    CHECK(xcase_init(&x, KVT_LAYOUT_VLLM_FLASH_NHD, &sh, 4, 1, 0, &seed));
     memcpy(x.ids, m.ids, sizeof(m.ids));
     CHECK_OK(kvt_gather_cpu(&x.f.d, x.ids, 4, x.ref, x.cl));
     m.n_handles = (uint32_t)x.v.n;
     for (uint32_t i = 0; i < m.n_handles; i++)
-        CHECK_OK(O->ipc_get(C, x.v.mem[i], m.handles[i],
+        CHECK_OK(O->ipc_get(C, x.v.raw[i], m.handles[i],
                             KVT_CUDA_IPC_HANDLE_LEN));
     CHECK(write(to_child, &m, sizeof(m)) == (ssize_t)sizeof(m));
     if (!read_full(from_child, &r, sizeof(r))) {
@@ -723,7 +734,7 @@ int main(int argc, char **argv)
         return 1;
     double t0 = now_s();
     run_matrix();
-    printf("bit-exact matrix (%zu kinds x es 1,2 x 3 shapes + 3 large): "
+    printf("bit-exact matrix (%zu kinds x es 1,2 x 3 shapes + 4 large): "
            "%s in %.1f s\n", N_KINDS, fails ? "FAILED" : "ok",
            now_s() - t0);
     ipc_check(p2c[1], c2p[0]);
