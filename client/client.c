@@ -24,6 +24,8 @@
 
 #include "wire.h"
 
+#define RAW_ID UINT64_MAX /* raw calls: any response id is theirs */
+
 struct kvt_client {
     nng_socket sock;
     int open;
@@ -78,7 +80,7 @@ static kvt_err exchange(kvt_client *c, nng_msg *out, Kvtier__Response **rsp,
         set_err(c, "undecodable response");
         return KVT_EPROTO;
     }
-    if ((*rsp)->id != id) {
+    if (id != RAW_ID && (*rsp)->id != id) {
         set_err(c, "response id does not match the request");
         kvtier__response__free_unpacked(*rsp, NULL);
         return KVT_EPROTO;
@@ -111,7 +113,7 @@ kvt_err kvtc_call_raw(kvt_client *c, const void *buf, size_t len,
     if (rv != 0) return wire_nng_err(rv);
     memcpy(nng_msg_body(out), buf, len);
     pthread_mutex_lock(&c->mtx);
-    kvt_err e = exchange(c, out, rsp, 0);
+    kvt_err e = exchange(c, out, rsp, RAW_ID);
     pthread_mutex_unlock(&c->mtx);
     return e;
 }

@@ -109,7 +109,7 @@ void td_cleanup(struct tdaemon *d)
 {
     char cmd[400];
     if (d->pid > 0) td_stop(d);
-    unlink(d->pool);
+    if (d->pool[0]) unlink(d->pool);
     if (getenv("KVT_KEEP_LOGS")) return;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
     if (d->dir[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", d->dir);
