@@ -42,6 +42,9 @@ uint64_t store_used(const struct kvtierd *d)
     return d->dram->bytes - tlsf_free_units(d->dram->alloc) * DRAM_UNIT;
 }
 
+/* Evict one victim at a time until the allocation fits. Free bytes alone
+ * say nothing: a fragmented pool can have plenty free and no block large
+ * enough, so the test is the allocation itself. */
 static kvt_err alloc_evicting(struct kvtierd *d, uint64_t size,
                               struct tier_loc *loc)
 {
@@ -49,7 +52,7 @@ static kvt_err alloc_evicting(struct kvtierd *d, uint64_t size,
     for (;;) {
         kvt_err e = t->ops->alloc(t, size, loc);
         if (e != KVT_ENOSPC) return e;
-        if (store_evict(d, size, 1) == 0) return KVT_ENOSPC;
+        if (store_evict(d, UINT64_MAX, 1) == 0) return KVT_ENOSPC;
     }
 }
 

@@ -165,12 +165,40 @@ static void test_too_big_for_pool(void **state)
     kvt_close(c);
 }
 
+/* Half the pool free but in 256 KiB holes: a 1 MiB chunk must still fit,
+ * by evicting until a hole is large enough, not until enough bytes are
+ * free in total. */
+static void test_fragmented_pool(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    clear_all(c);
+    for (uint64_t s = 800; s < 816; s++) assert_int_equal(put_chain(c, s, 1, 0), KVT_OK);
+    for (uint64_t s = 800; s < 816; s += 2) {
+        kvt_key k = td_key(s);
+        size_t n;
+        assert_int_equal(kvt_delete(c, "ev", &k, 1, &n), KVT_OK);
+    }
+    kvt_stats st;
+    assert_int_equal(kvt_stats_get(c, &st), KVT_OK);
+    assert_true(st.fragmentation > 0.5);
+    kvt_key big = td_key(900);
+    size_t size = 1u << 20;
+    kvt_chunk ch;
+    kvt_lease l;
+    assert_int_equal(kvt_put_begin(c, "ev", &big, &size, 1, NULL, &l, &ch), KVT_OK);
+    td_fill(ch.data, size, 900);
+    assert_int_equal(kvt_put_commit(c, l, &ch, 1, NULL), KVT_OK);
+    kvt_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_aware_order),
         cmocka_unit_test(test_full_of_pinned),
         cmocka_unit_test(test_too_big_for_pool),
+        cmocka_unit_test(test_fragmented_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -43,7 +43,7 @@ static int has(const struct tdaemon *d, uint64_t seed)
 static void test_refuse_then_take_over(void **state)
 {
     (void)state;
-    struct tdaemon a, b;
+    struct tdaemon a = {0}, b = {0};
     assert_int_equal(td_start(&a, NULL), 0);
     put_one(&a, 1);
     /* Same socket, other pool. */
