@@ -76,6 +76,9 @@ $(BUILD)/obj/%.o: %.c $(GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The AVX2 build of the checksum; called only where the CPU has AVX2.
+$(BUILD)/obj/common/checksum_avx2.o: CFLAGS += -mavx2
+
 # ---------------------------------------------------------------- libraries
 $(LIBKVT_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -46,7 +46,7 @@ static const struct cfg_key keys[] = {
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576, 1099511627776.0,
      "DRAM pool capacity (bytes; K, M, G, T suffixes)"},
-    {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1, 1099511627776.0,
+    {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1, 4294967295.0,
      "largest single chunk (bytes)"},
     {"dram", "high_watermark", CFG_FRAC, F(high_watermark), "0.95", 0.01, 1.0,
      "fraction of the pool above which eviction starts"},

@@ -186,7 +186,7 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
     kvtier__lookup_resp__init(lr);
     lr->tiers = arena_alloc(r->a, q->n_keys * sizeof *lr->tiers);
     lr->n_tiers = q->n_keys;
-    uint64_t now = kvtierd_clock(d);
+    uint32_t now = kvtierd_secs(d);
     int prefix = 1;
     for (size_t i = 0; i < q->n_keys; i++) {
         uint32_t s = find_ready(d, ns, key_of(&q->keys[i]));
@@ -427,7 +427,7 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint32_t *slots = arena_alloc(r->a, q->n_keys * sizeof *slots);
     size_t n = 0;
-    uint64_t now = kvtierd_clock(d);
+    uint32_t now = kvtierd_secs(d);
     while (n < q->n_keys && (slots[n] = find_ready(d, ns, key_of(&q->keys[n]))) != IDX_NONE)
         idx_touch(&d->idx, slots[n++], now);
     Kvtier__GetResp *g = arena_alloc(r->a, sizeof *g);
@@ -556,7 +556,7 @@ static void do_stats(struct req *r)
     r->rsp->stats = s;
 }
 
-static void fill_entry(struct req *r, Kvtier__Entry *en, uint32_t s, uint64_t now)
+static void fill_entry(struct req *r, Kvtier__Entry *en, uint32_t s, uint32_t now)
 {
     const struct idx_entry *e = idx_at(&r->d->idx, s);
     kvtier__entry__init(en);
@@ -567,7 +567,7 @@ static void fill_entry(struct req *r, Kvtier__Entry *en, uint32_t s, uint64_t no
     en->checksum = e->csum;
     en->tier = (Kvtier__Tier)e->tier;
     en->pins = e->pins;
-    en->age_ms = now - e->atime;
+    en->age_ms = (uint64_t)(now - e->atime) * 1000;
 }
 
 static void do_list(struct req *r, const Kvtier__List *q)
@@ -581,7 +581,8 @@ static void do_list(struct req *r, const Kvtier__List *q)
     kvtier__list_resp__init(lr);
     lr->entries = arena_alloc(r->a, limit * sizeof *lr->entries);
     Kvtier__Entry *ev = arena_alloc(r->a, limit * sizeof *ev);
-    uint64_t now = kvtierd_clock(d), s = q->cursor;
+    uint64_t s = q->cursor;
+    uint32_t now = kvtierd_secs(d);
     for (; s < d->idx.used && lr->n_entries < limit; s++) {
         const struct idx_entry *e = idx_at(&d->idx, (uint32_t)s);
         if (e->state != IDX_READY || (ns != NS_NONE && e->ns != ns)) continue;

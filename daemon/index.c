@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static uint32_t hash_of(uint16_t ns, const kvt_key *k)
 {
@@ -15,13 +16,22 @@ static uint32_t hash_of(uint16_t ns, const kvt_key *k)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-int idx_init(struct idx *x, uint64_t expected)
+int idx_init(struct idx *x, uint64_t max_entries)
 {
     memset(x, 0, sizeof *x);
+    if (max_entries == 0 || max_entries >= IDX_NONE) return -1;
     uint64_t nb = 1024;
-    while (nb < expected && nb < (1ull << 31)) nb <<= 1;
+    while (nb < max_entries && nb < (1ull << 31)) nb <<= 1;
     x->buckets = malloc(nb * sizeof *x->buckets);
-    if (!x->buckets) return -1;
+    void *e = mmap(NULL, max_entries * sizeof *x->e, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!x->buckets || e == MAP_FAILED) {
+        free(x->buckets);
+        x->buckets = NULL;
+        return -1;
+    }
+    x->e = e;
+    x->cap = (uint32_t)max_entries;
     memset(x->buckets, 0xff, nb * sizeof *x->buckets);
     x->mask = (uint32_t)(nb - 1);
     x->free_head = x->lru_head = x->lru_tail = IDX_NONE;
@@ -30,7 +40,7 @@ int idx_init(struct idx *x, uint64_t expected)
 
 void idx_destroy(struct idx *x)
 {
-    free(x->e);
+    if (x->e) munmap(x->e, (size_t)x->cap * sizeof *x->e);
     free(x->buckets);
     memset(x, 0, sizeof *x);
 }
@@ -53,14 +63,7 @@ static uint32_t slot_get(struct idx *x)
         x->free_head = x->e[i].hnext;
         return i;
     }
-    if (x->used == x->cap) {
-        uint32_t ncap = x->cap ? x->cap * 2 : 1024;
-        if (ncap <= x->cap || ncap == IDX_NONE) return IDX_NONE;
-        struct idx_entry *ne = realloc(x->e, (size_t)ncap * sizeof *ne);
-        if (!ne) return IDX_NONE;
-        x->e = ne;
-        x->cap = ncap;
-    }
+    if (x->used == x->cap) return IDX_NONE;
     x->e[x->used].gen = 0;
     return x->used++;
 }
@@ -137,7 +140,7 @@ static uint32_t live_parent(const struct idx *x, uint32_t i)
     return e->parent;
 }
 
-void idx_commit(struct idx *x, uint32_t i, uint32_t parent, uint64_t now)
+void idx_commit(struct idx *x, uint32_t i, uint32_t parent, uint32_t now)
 {
     struct idx_entry *e = &x->e[i];
     e->state = IDX_READY;
@@ -191,7 +194,7 @@ void idx_remove(struct idx *x, uint32_t i)
     x->free_head = i;
 }
 
-void idx_touch(struct idx *x, uint32_t i, uint64_t now)
+void idx_touch(struct idx *x, uint32_t i, uint32_t now)
 {
     x->e[i].atime = now;
     if (on_list(x, i)) {
@@ -218,5 +221,5 @@ uint32_t idx_unpin(struct idx *x, uint32_t i)
 
 size_t idx_mem_bytes(const struct idx *x)
 {
-    return (size_t)x->cap * sizeof *x->e + ((size_t)x->mask + 1) * sizeof *x->buckets;
+    return (size_t)x->used * sizeof *x->e + ((size_t)x->mask + 1) * sizeof *x->buckets;
 }

@@ -38,9 +38,9 @@ enum idx_state {
 
 struct idx_entry {
     kvt_key key;
-    uint64_t size;     /* bytes of the chunk */
     uint64_t csum;     /* XXH3-64 recorded at commit */
-    uint64_t atime;    /* last access, ms since daemon start */
+    uint32_t size;     /* bytes of the chunk (max_chunk_bytes < 4 GiB) */
+    uint32_t atime;    /* last access, seconds since daemon start */
     uint32_t blk;      /* tier handle of the DRAM range */
     uint32_t hnext;    /* hash chain / free list */
     uint32_t lru_prev, lru_next;
@@ -53,6 +53,9 @@ struct idx_entry {
     uint8_t tier;
 };
 
+/* The entry array is one address-space reservation of cap slots, touched
+ * only as slots are first used, so it never moves and never stalls the
+ * core on a copy; resident memory follows the slots in use. */
 struct idx {
     struct idx_entry *e;
     uint32_t cap, used, free_head;
@@ -62,7 +65,9 @@ struct idx {
     uint64_t n_ready, bytes_ready;
 };
 
-int idx_init(struct idx *x, uint64_t expected_entries);
+/* max_entries bounds the chunks the index can hold (the DRAM tier has at
+ * most one chunk per 4 KiB unit). */
+int idx_init(struct idx *x, uint64_t max_entries);
 void idx_destroy(struct idx *x);
 
 /* The slot of (ns, key) in any state but FREE, or IDX_NONE. */
@@ -70,14 +75,14 @@ uint32_t idx_find(const struct idx *x, uint16_t ns, const kvt_key *key);
 /* Insert (ns, key), known absent, as PENDING. IDX_NONE if out of memory. */
 uint32_t idx_insert(struct idx *x, uint16_t ns, const kvt_key *key);
 /* Make a PENDING entry READY; parent is a slot or IDX_NONE. */
-void idx_commit(struct idx *x, uint32_t i, uint32_t parent, uint64_t now);
+void idx_commit(struct idx *x, uint32_t i, uint32_t parent, uint32_t now_s);
 /* Take the entry out of every structure and free its slot. The caller
  * frees the tier space first. */
 void idx_remove(struct idx *x, uint32_t i);
 /* READY -> DOOMED: invisible at once, freed by idx_remove once unpinned. */
 void idx_doom(struct idx *x, uint32_t i);
 /* Record an access; a leaf moves to the head of the eviction list. */
-void idx_touch(struct idx *x, uint32_t i, uint64_t now);
+void idx_touch(struct idx *x, uint32_t i, uint32_t now_s);
 void idx_pin(struct idx *x, uint32_t i);
 /* Returns the remaining pin count. */
 uint32_t idx_unpin(struct idx *x, uint32_t i);
@@ -89,7 +94,7 @@ static inline struct idx_entry *idx_at(const struct idx *x, uint32_t i)
     return &x->e[i];
 }
 
-/* Heap bytes the index uses. */
+/* Resident bytes of the index: touched slots and the bucket array. */
 size_t idx_mem_bytes(const struct idx *x);
 
 #endif

@@ -80,6 +80,11 @@ static inline uint64_t kvtierd_clock(const struct kvtierd *d)
 {
     return now_ms() - d->start_ms;
 }
+/* Seconds since start: the index's access times. */
+static inline uint32_t kvtierd_secs(const struct kvtierd *d)
+{
+    return (uint32_t)(kvtierd_clock(d) / 1000);
+}
 
 /* ns.c */
 uint16_t ns_find(const struct ns_table *t, const char *name);

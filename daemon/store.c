@@ -70,7 +70,7 @@ kvt_err store_reserve(struct kvtierd *d, uint16_t ns, const kvt_key *key,
     }
     struct idx_entry *en = idx_at(&d->idx, i);
     en->blk = loc.h;
-    en->size = size;
+    en->size = (uint32_t)size;
     *slot = i;
     return KVT_OK;
 }
@@ -80,7 +80,7 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
     e->csum = csum;
-    idx_commit(&d->idx, slot, parent, kvtierd_clock(d));
+    idx_commit(&d->idx, slot, parent, kvtierd_secs(d));
     struct ns_info *ni = &d->ns.v[e->ns];
     ni->chunks++;
     ni->bytes += e->size;

@@ -408,9 +408,12 @@ double tlsf_fragmentation(const tlsf *t)
 	return 1.0 - (double)tlsf_largest_free(t) / (double)t->free_units;
 }
 
+/* Resident metadata: slots ever used. The array's capacity beyond them
+ * comes from realloc (mremap for large arrays) and is never touched, so it
+ * costs address space, not memory. */
 size_t tlsf_mem_bytes(const tlsf *t)
 {
-	return sizeof(*t) + (size_t)t->node_cap * sizeof(tlsf_node);
+	return sizeof(*t) + (size_t)t->node_count * sizeof(tlsf_node);
 }
 
 /* ---- invariant check -------------------------------------------------- */
