@@ -57,7 +57,9 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: all deps run test test-bin check-unit bench install clean
 .DEFAULT_GOAL := all
 
-all: $(KVTIERD) $(KVTIERCTL) $(LIBKVT_SO) $(LIBKVT_A) $(BUILD)/lib/kvtier.pc
+EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
+all: $(KVTIERD) $(KVTIERCTL) $(LIBKVT_SO) $(LIBKVT_A) $(BUILD)/lib/kvtier.pc $(EXAMPLES)
 
 deps:
 	@scripts/deps.sh
@@ -108,6 +110,11 @@ $(KVTIERCTL): $(BUILD)/obj/client/kvtierctl.o $(LIBKVT_A)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(TEST_LIBS)
+
+# Examples build as a user would: the public header and libkvtier.a only.
+$(BUILD)/examples/%: examples/%.c $(LIBKVT_A) client/include/kvtier.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror $(filter -fsanitize%,$(CFLAGS)) -Iclient/include $< $(LIBKVT_A) -o $@ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
 	@mkdir -p $(dir $@)
