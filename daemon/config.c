@@ -12,7 +12,9 @@
 #include "log.h"
 #include "xxhash.h"
 
-enum cfg_type { CFG_STR, CFG_U64, CFG_BYTES, CFG_FRAC, CFG_OCTAL, CFG_LEVEL };
+enum cfg_type {
+    CFG_STR, CFG_U64, CFG_BYTES, CFG_FRAC, CFG_OCTAL, CFG_LEVEL, CFG_ADDR
+};
 
 struct cfg_key {
     const char *section, *name;
@@ -20,6 +22,8 @@ struct cfg_key {
     size_t off, size;
     const char *def;
     double min, max;
+    const char *unit; /* "" for strings and names */
+    int reload;       /* 1: SIGHUP applies a new value at run time */
     const char *help;
 };
 
@@ -27,35 +31,42 @@ struct cfg_key {
 
 static const struct cfg_key keys[] = {
     {"daemon", "socket", CFG_STR, F(socket), "ipc://./var/kvtierd.sock", 0, 0,
-     "nng url clients dial; ipc:// for local engines"},
-    {"daemon", "tcp", CFG_STR, F(tcp), "", 0, 0,
+     "url", 0, "nng url clients dial; ipc:// for local engines"},
+    {"daemon", "tcp", CFG_STR, F(tcp), "", 0, 0, "url", 0,
      "optional tcp:// listener for remote clients (copying calls only)"},
-    {"daemon", "state_dir", CFG_STR, F(state_dir), "./var", 0, 0,
+    {"daemon", "state_dir", CFG_STR, F(state_dir), "./var", 0, 0, "path", 0,
      "directory for lock files and state"},
-    {"daemon", "log_level", CFG_LEVEL, F(log_level), "info", 0, 0,
+    {"daemon", "log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "level", 1,
      "error, warn, info or debug"},
-    {"daemon", "contexts", CFG_U64, F(contexts), "32", 1, 1024,
+    {"daemon", "contexts", CFG_U64, F(contexts), "32", 1, 1024, "count", 0,
      "requests served concurrently (nng contexts)"},
     {"daemon", "lease_timeout_ms", CFG_U64, F(lease_timeout_ms), "30000", 10,
-     86400000, "milliseconds before an unreleased lease is dropped"},
-    {"daemon", "max_keys", CFG_U64, F(max_keys), "4096", 1, 1048576,
+     86400000, "ms", 1, "milliseconds before an unreleased lease is dropped"},
+    {"daemon", "max_keys", CFG_U64, F(max_keys), "4096", 1, 1048576, "count", 0,
      "keys one request may carry"},
     {"daemon", "max_msg_bytes", CFG_BYTES, F(max_msg_bytes), "80M", 4096,
-     4294967295.0, "largest request message accepted (bytes)"},
-    {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0,
+     4294967295.0, "bytes", 0, "largest request message accepted"},
+    {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,
+     600000, "ms", 1,
+     "on SIGTERM, how long to wait for clients to finish their leases"},
+    {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
-    {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576, 1099511627776.0,
-     "DRAM pool capacity (bytes; K, M, G, T suffixes)"},
-    {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1, 4294967295.0,
-     "largest single chunk (bytes)"},
+    {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,
+     1099511627776.0, "bytes", 0, "DRAM pool capacity (K, M, G, T suffixes)"},
+    {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1,
+     4294967295.0, "bytes", 0, "largest single chunk"},
     {"dram", "high_watermark", CFG_FRAC, F(high_watermark), "0.95", 0.01, 1.0,
-     "fraction of the pool above which eviction starts"},
+     "fraction", 1, "fraction of the pool above which eviction starts"},
     {"dram", "low_watermark", CFG_FRAC, F(low_watermark), "0.85", 0.0, 1.0,
-     "fraction of the pool eviction brings usage down to"},
-    {"dram", "pool_mode", CFG_OCTAL, F(pool_mode), "0600", 0, 0777,
+     "fraction", 1, "fraction of the pool eviction brings usage down to"},
+    {"dram", "pool_mode", CFG_OCTAL, F(pool_mode), "0600", 0, 0777, "mode", 0,
      "file mode of the pool file and socket (octal)"},
-    {"dram", "pool_group", CFG_STR, F(pool_group), "", 0, 0,
+    {"dram", "pool_group", CFG_STR, F(pool_group), "", 0, 0, "group", 0,
      "group owning the pool file and socket (empty: the daemon's)"},
+    {"metrics", "listen", CFG_ADDR, F(metrics_listen), "127.0.0.1:9464", 0,
+     65535, "host:port", 0,
+     "address of the Prometheus /metrics endpoint; port 0 picks a free one; "
+     "empty disables"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -136,11 +147,52 @@ static int set_number(const struct cfg_key *k, void *dst, const char *v,
     return 0;
 }
 
+int config_parse_hostport(const char *s, char *host, size_t hostlen,
+                          unsigned *port)
+{
+    const char *colon = strrchr(s, ':'), *h = s;
+    size_t hl = colon ? (size_t)(colon - s) : 0;
+    if (!colon || hl == 0 || colon[1] == '\0') return -1;
+    if (h[0] == '[') { /* [v6]:port */
+        if (hl < 3 || h[hl - 1] != ']') return -1;
+        h++;
+        hl -= 2;
+    } else if (memchr(h, ':', hl)) {
+        return -1; /* a bare v6 address needs brackets */
+    }
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (*end || errno || p > 65535 || colon[1] == '-' || colon[1] == '+')
+        return -1;
+    if (hl >= hostlen || memchr(h, ' ', hl) || memchr(h, '/', hl)) return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (unsigned)p;
+    return 0;
+}
+
+static int check_addr(const struct cfg_key *k, const char *v, char *err,
+                      size_t errlen)
+{
+    char host[CFG_STR_MAX];
+    unsigned port;
+    if (v[0] == '\0' || config_parse_hostport(v, host, sizeof host, &port) == 0)
+        return 0;
+    snprintf(err, errlen, "%s.%s = '%s': want host:port with a port in "
+             "[0, 65535], [v6]:port, or empty to disable", k->section,
+             k->name, v);
+    return -1;
+}
+
 static int set_value(struct kvt_config *c, const struct cfg_key *k,
                      const char *v, char *err, size_t errlen)
 {
     void *dst = (char *)c + k->off;
     switch (k->type) {
+    case CFG_ADDR:
+        if (check_addr(k, v, err, errlen) != 0) return -1;
+        goto copy;
     case CFG_LEVEL:
         if (log_level_parse(v) < 0) {
             snprintf(err, errlen, "%s.%s = '%s': not a log level", k->section,
@@ -149,6 +201,7 @@ static int set_value(struct kvt_config *c, const struct cfg_key *k,
         }
         /* fallthrough */
     case CFG_STR:
+    copy:
         if (strlen(v) >= k->size) {
             snprintf(err, errlen, "%s.%s: value too long", k->section, k->name);
             return -1;
@@ -218,7 +271,7 @@ int config_load_file(struct kvt_config *c, const char *path, char *err,
     struct ini_ctx x = {.c = c};
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s", strerror(errno));
         return -1;
     }
     int rv = ini_parse_file(f, ini_cb, &x);
@@ -228,7 +281,7 @@ int config_load_file(struct kvt_config *c, const char *path, char *err,
         return -1;
     }
     if (rv != 0) {
-        snprintf(err, errlen, "%s: line %d: syntax error", path, rv);
+        snprintf(err, errlen, "line %d: syntax error", rv);
         return -1;
     }
     return 0;
@@ -256,14 +309,152 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
     return 0;
 }
 
-void config_print_reference(FILE *f)
+static void format_u64(enum cfg_type t, uint64_t u, char *buf, size_t len)
 {
+    static const char sfx[] = "KMGT";
+    if (t == CFG_OCTAL) {
+        snprintf(buf, len, "0%llo", (unsigned long long)u);
+        return;
+    }
+    for (int i = 3; t == CFG_BYTES && i >= 0; i--) {
+        uint64_t m = 1ull << (10 * (i + 1));
+        if (u && u % m == 0) {
+            snprintf(buf, len, "%llu%c", (unsigned long long)(u / m), sfx[i]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%llu", (unsigned long long)u);
+}
+
+static int is_text(enum cfg_type t)
+{
+    return t == CFG_STR || t == CFG_LEVEL || t == CFG_ADDR;
+}
+
+/* The value of key k in c as the INI file would spell it. */
+static void format_value(const struct kvt_config *c, const struct cfg_key *k,
+                         char *buf, size_t len)
+{
+    const void *src = (const char *)c + k->off;
+    if (is_text(k->type)) snprintf(buf, len, "%s", (const char *)src);
+    else if (k->type == CFG_FRAC) snprintf(buf, len, "%g", *(const double *)src);
+    else format_u64(k->type, *(const uint64_t *)src, buf, len);
+}
+
+/* "; range 1M to 1T" for numeric keys, "" for the rest. */
+static void format_range(const struct cfg_key *k, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    buf[0] = '\0';
+    if (is_text(k->type)) return;
+    if (k->type == CFG_FRAC) {
+        snprintf(buf, len, "; range %g to %g", k->min, k->max);
+        return;
+    }
+    format_u64(k->type, (uint64_t)k->min, lo, sizeof lo);
+    format_u64(k->type, (uint64_t)k->max, hi, sizeof hi);
+    snprintf(buf, len, "; range %s to %s", lo, hi);
+}
+
+static void print_key(FILE *f, const struct cfg_key *k,
+                      const struct kvt_config *c, const struct kvt_config *def)
+{
+    char val[CFG_STR_MAX], dv[CFG_STR_MAX], range[96];
+    format_value(c, k, val, sizeof val);
+    format_value(def, k, dv, sizeof dv);
+    format_range(k, range, sizeof range);
+    fprintf(f, "# %s\n# unit: %s%s; default: %s%s%s\n", k->help, k->unit, range,
+            dv[0] ? dv : "(empty)", k->reload ? "; SIGHUP reloads it" : "",
+            strcmp(val, dv) ? "; set here" : "");
+    if (strcmp(val, dv) == 0) fprintf(f, "#%s = %s\n", k->name, val);
+    else fprintf(f, "%s = %s\n", k->name, val);
+}
+
+void config_print_reference(FILE *f, const struct kvt_config *c)
+{
+    struct kvt_config def;
     const char *sec = "";
+    config_defaults(&def);
+    if (!c) c = &def;
+    fprintf(f, "# kvtierd configuration (INI). Every key, its unit and default;\n"
+               "# a commented-out key is at its default. Written by\n"
+               "# `kvtierd --print-config`; see kvtier.conf(5).\n");
     for (size_t i = 0; i < NKEYS; i++) {
         if (strcmp(sec, keys[i].section) != 0) {
             sec = keys[i].section;
-            fprintf(f, "%s[%s]\n", i ? "\n" : "", sec);
+            fprintf(f, "\n[%s]\n", sec);
         }
-        fprintf(f, "# %s\n%s = %s\n", keys[i].help, keys[i].name, keys[i].def);
+        print_key(f, &keys[i], c, &def);
     }
+}
+
+int config_diff(const struct kvt_config *a, const struct kvt_config *b,
+                config_change_fn fn, void *arg)
+{
+    char va[CFG_STR_MAX], vb[CFG_STR_MAX], name[96];
+    int n = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        format_value(a, &keys[i], va, sizeof va);
+        format_value(b, &keys[i], vb, sizeof vb);
+        if (strcmp(va, vb) == 0) continue;
+        snprintf(name, sizeof name, "%s.%s", keys[i].section, keys[i].name);
+        if (fn) fn(arg, name, va, vb, keys[i].reload);
+        n++;
+    }
+    return n;
+}
+
+void config_apply_reloadable(struct kvt_config *dst,
+                             const struct kvt_config *src)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (keys[i].reload)
+            memcpy((char *)dst + keys[i].off, (const char *)src + keys[i].off,
+                   keys[i].size);
+}
+
+/* One flag at argv[*i]: "--key value" or "--key=value". */
+static int set_flag(struct kvt_config *c, int argc, char *const *argv, int *i,
+                    char *err, size_t errlen)
+{
+    const char *a = argv[*i], *eq = strchr(a, '='), *val;
+    char key[128], msg[384];
+    if (strncmp(a, "--", 2) != 0) {
+        snprintf(err, errlen, "unexpected argument '%s'", a);
+        return -1;
+    }
+    if (eq) {
+        snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
+        val = eq + 1;
+    } else if (*i + 1 < argc) {
+        snprintf(key, sizeof key, "%s", a + 2);
+        val = argv[++*i];
+    } else {
+        snprintf(err, errlen, "%s needs a value", a);
+        return -1;
+    }
+    if (config_set(c, key, val, msg, sizeof msg) == 0) return 0;
+    snprintf(err, errlen, "--%s: %s", key, msg);
+    return -1;
+}
+
+int config_set_flags(struct kvt_config *c, int argc, char *const *argv,
+                     char *err, size_t errlen)
+{
+    for (int i = 0; i < argc; i++)
+        if (set_flag(c, argc, argv, &i, err, errlen) != 0) return -1;
+    return 0;
+}
+
+int config_build(struct kvt_config *c, const char *file, int argc,
+                 char *const *argv, char *err, size_t errlen)
+{
+    char msg[512];
+    config_defaults(c);
+    if (file && config_load_file(c, file, msg, sizeof msg) != 0) {
+        snprintf(err, errlen, "%s: %s", file, msg);
+        return -1;
+    }
+    if (config_set_flags(c, argc, argv, err, errlen) != 0) return -1;
+    return config_finish(c, err, errlen);
 }

@@ -2,11 +2,13 @@
  * config.h -- kvtierd's settings: embedded defaults, an INI file, flags.
  *
  * Design: one table describes every key (section, name, type, default,
- * range, unit). The INI parser, the command-line flags (--name or
- * --section.name) and the reference printed by --help all read that table,
- * so a key cannot exist in one place and not another. Unknown keys and
- * out-of-range values are errors that name the line (or the flag); the
- * daemon refuses to start on them.
+ * range, unit, whether SIGHUP may change it). The INI parser, the
+ * command-line flags (--name or --section.name), the reference printed by
+ * --print-config (deploy/kvtierd.conf is that output) and the reload diff
+ * all read that table, so a key cannot exist in one place and not another.
+ * Unknown keys and out-of-range values are errors that name the line (or
+ * the flag); the daemon refuses to start on them, and a reload that meets
+ * one keeps every old setting.
  */
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
@@ -27,6 +29,7 @@ struct kvt_config {
     uint64_t lease_timeout_ms;    /* write and read lease deadline */
     uint64_t max_keys;            /* keys per request */
     uint64_t max_msg_bytes;       /* largest request accepted */
+    uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
     /* [dram] */
     char pool_path[CFG_STR_MAX];  /* shared-memory file; empty: derived */
     uint64_t pool_bytes;
@@ -35,6 +38,8 @@ struct kvt_config {
     double low_watermark;
     uint64_t pool_mode;           /* octal file mode */
     char pool_group[64];          /* group that may map the pool */
+    /* [metrics] */
+    char metrics_listen[CFG_STR_MAX]; /* host:port of /metrics; "" = off */
 };
 
 /* Fill c with the embedded defaults. */
@@ -52,8 +57,36 @@ int config_set(struct kvt_config *c, const char *key, const char *value,
 /* Check cross-key rules (low < high, ...) and derive empty paths. */
 int config_finish(struct kvt_config *c, char *err, size_t errlen);
 
-/* Print every key with its default and unit, as an INI reference. */
-void config_print_reference(FILE *f);
+/* Apply "--key value" / "--key=value" flags (argv-style, argc entries)
+ * over c. 0, or -1 with a message in err naming the flag. */
+int config_set_flags(struct kvt_config *c, int argc, char *const *argv,
+                     char *err, size_t errlen);
+
+/* Defaults, then the file (NULL: none), then the flags, then
+ * config_finish: what start-up and every SIGHUP reload run. 0 or -1. */
+int config_build(struct kvt_config *c, const char *file, int argc,
+                 char *const *argv, char *err, size_t errlen);
+
+/* Print every key as a commented INI reference: help, unit, default,
+ * whether SIGHUP reloads it, and the value in c (NULL: the defaults). */
+void config_print_reference(FILE *f, const struct kvt_config *c);
+
+/* Called once per key whose value differs between two configs. */
+typedef void (*config_change_fn)(void *arg, const char *key,
+                                 const char *from, const char *to,
+                                 int reloadable);
+
+/* Report every key that differs between a and b; returns how many. */
+int config_diff(const struct kvt_config *a, const struct kvt_config *b,
+                config_change_fn fn, void *arg);
+
+/* Copy the keys SIGHUP may change from src into dst. */
+void config_apply_reloadable(struct kvt_config *dst,
+                             const struct kvt_config *src);
+
+/* Split a metrics address "host:port" or "[v6]:port". 0 or -1. */
+int config_parse_hostport(const char *s, char *host, size_t hostlen,
+                          unsigned *port);
 
 /* Parse "64M", "1G", "4096", "1.5G" into bytes; -1 on junk or overflow. */
 int config_parse_bytes(const char *s, uint64_t *out);

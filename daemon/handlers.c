@@ -187,6 +187,7 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
     lr->tiers = arena_alloc(r->a, q->n_keys * sizeof *lr->tiers);
     lr->n_tiers = q->n_keys;
     uint32_t now = kvtierd_secs(d);
+    uint64_t hit_bytes = 0;
     int prefix = 1;
     for (size_t i = 0; i < q->n_keys; i++) {
         uint32_t s = find_ready(d, ns, key_of(&q->keys[i]));
@@ -197,7 +198,10 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
         lr->tiers[i] = KVTIER__TIER__TIER_DRAM;
         idx_touch(&d->idx, s, now);
         if (prefix) lr->n_present++;
+        if (prefix) hit_bytes += idx_at(&d->idx, s)->size;
     }
+    metrics_hits(d, ns, HIT_LOOKUP, lr->n_present, q->n_keys - lr->n_present,
+                 hit_bytes);
     d->st.hits += lr->n_present;
     d->st.misses += q->n_keys - lr->n_present;
     if (ns != NS_NONE) {
@@ -438,10 +442,13 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     }
     g->slots = arena_alloc(r->a, g->n_slots * sizeof *g->slots);
     Kvtier__Slot *sl = arena_alloc(r->a, g->n_slots * sizeof *sl);
+    uint64_t hit_bytes = 0;
     for (size_t i = 0; i < g->n_slots; i++) {
         fill_slot(r, &sl[i], slots[i]);
         g->slots[i] = &sl[i];
+        hit_bytes += sl[i].size;
     }
+    metrics_hits(d, ns, HIT_GET, g->n_slots, q->n_keys - g->n_slots, hit_bytes);
     d->st.hits += g->n_slots;
     d->st.misses += q->n_keys - g->n_slots;
     if (ns != NS_NONE) {
@@ -617,6 +624,16 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     }
 }
 
+/* While a SIGTERM drain runs (main.c), only what finishes work already
+ * begun, and monitoring, is served; everything else gets KVT_ECLOSED. */
+static int drain_allows(Kvtier__Request__BodyCase kind)
+{
+    return kind == KVTIER__REQUEST__BODY_PUT_COMMIT ||
+           kind == KVTIER__REQUEST__BODY_PUT_ABORT ||
+           kind == KVTIER__REQUEST__BODY_RELEASE ||
+           kind == KVTIER__REQUEST__BODY_STATS;
+}
+
 void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
                     size_t len, Kvtier__Response *rsp, void **scratch)
 {
@@ -626,12 +643,17 @@ void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
     *scratch = a;
     kvtier__response__init(rsp);
     d->st.requests++;
+    d->req_kind = 0;
     Kvtier__Request *q = kvtier__request__unpack(NULL, len, buf);
     if (!q) {
         fail(&r, KVT_EPROTO, "malformed request (%zu bytes)", len);
     } else {
         rsp->id = q->id;
-        dispatch(&r, q);
+        d->req_kind = (int)q->body_case;
+        if (d->draining && !drain_allows(q->body_case))
+            fail(&r, KVT_ECLOSED, "kvtierd is shutting down");
+        else
+            dispatch(&r, q);
         kvtier__request__free_unpacked(q, NULL);
     }
     if (rsp->err) {

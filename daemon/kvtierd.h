@@ -17,6 +17,7 @@
 #include "index.h"
 #include "kvtier.h"
 #include "kvtier.pb-c.h"
+#include "metrics.h"
 
 #define NS_NONE UINT16_MAX
 #define NS_LIMIT 4096
@@ -24,6 +25,8 @@
 struct ns_info {
     char *name;
     uint64_t chunks, bytes, hits, misses;
+    /* metrics.c: by enum hit_op */
+    uint64_t hit_chunks[HIT_OPS], miss_chunks[HIT_OPS], hit_bytes[HIT_OPS];
 };
 
 struct ns_table {
@@ -59,6 +62,7 @@ struct counters {
 };
 
 struct server;
+struct metrics_http;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -73,6 +77,13 @@ struct kvtierd {
     uint64_t evict_target; /* >0: bytes still to free in slices */
     char gpu[160];
     uint64_t start_ms;
+    /* operations (main.c, metrics.c) */
+    struct met_core met;
+    struct metrics_http *http;
+    int req_kind;           /* oneof field of the request being handled */
+    int draining;           /* SIGTERM seen: only finishing work accepted */
+    uint64_t drain_deadline; /* ms (kvtierd_clock): cancel what is left */
+    uint64_t last_work_ms;   /* ms: the last request served, not refused */
 };
 
 uint64_t now_ms(void);

@@ -1,13 +1,25 @@
 /*
- * main.c -- kvtierd: settings, start-up, the core loop, shutdown.
+ * main.c -- kvtierd: settings, start-up, the core loop, reload, shutdown.
  *
  * Design (DESIGN §6): the core thread runs one epoll loop over the
- * server's eventfd (requests and pipe events), a 100 ms timerfd (lease
- * deadlines, eviction slices) and a signalfd (SIGTERM/SIGINT stop, SIGHUP
- * reloads). Start-up takes the socket lock before anything else, so a
- * second daemon on the same socket stops with a clear message and touches
- * nothing; a lock file left by a dead daemon is not locked and is taken
- * over together with its stale socket file.
+ * server's eventfd (requests and pipe events), the metrics endpoint's
+ * eventfd (scrapes, rendered here), a 100 ms timerfd (lease deadlines,
+ * eviction slices, the drain check, the systemd watchdog) and a signalfd.
+ * Start-up takes the socket lock before anything else, so a second daemon
+ * on the same socket stops with a clear message and touches nothing; a
+ * lock file left by a dead daemon is not locked and is taken over together
+ * with its stale socket file. systemd hears STATUS= while the pool and
+ * index load and READY=1 only once requests can be served.
+ *
+ * SIGHUP rebuilds the whole configuration (defaults, --config file, the
+ * same flags) and applies only the keys marked reloadable; a file that
+ * does not parse changes nothing. SIGTERM (or SIGINT) starts a drain:
+ * requests that finish work already begun (commit, abort, release) and
+ * stats are served, everything else is refused with KVT_ECLOSED; once no
+ * lease is left and no request was served for DRAIN_QUIET_MS (so the last
+ * replies leave the socket), or daemon.drain_timeout_ms has passed
+ * (leases left are then cancelled), the daemon flushes and exits 0. A
+ * second SIGTERM stops at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +38,20 @@
 
 #include "kvtierd.h"
 #include "log.h"
+#include "metrics_http.h"
+#include "notify.h"
 #include "server.h"
 #include "wire.h"
 
 #define TICK_MS 100
+#define DRAIN_QUIET_MS 200
+
+/* What SIGHUP rebuilds the configuration from. */
+static struct {
+    const char *file;
+    int argc;
+    char **argv; /* the --KEY VALUE flags only */
+} boot;
 
 uint64_t now_ms(void)
 {
@@ -44,64 +66,81 @@ static void usage(FILE *f)
             "usage: kvtierd [--config FILE] [--KEY VALUE]...\n"
             "  --config FILE     INI file (see --print-config for every key)\n"
             "  --KEY VALUE       set a key, e.g. --pool-bytes 4G, --dram.low_watermark 0.8\n"
-            "  --print-config    print every key with its default and exit\n"
+            "  --print-config    print every key as an INI reference with the values\n"
+            "                    the other arguments give, and exit\n"
             "  --version         print the version and exit\n"
-            "Without --config the embedded defaults apply.\n");
+            "Without --config the embedded defaults apply. SIGHUP reloads the\n"
+            "file (log level, watermarks, timeouts); SIGTERM drains and stops.\n"
+            "See kvtierd(8) and kvtier.conf(5).\n");
 }
 
-/* First pass finds --config, second applies flags over the file. */
-static int parse_args(int argc, char **argv, struct kvt_config *c)
+/* Print the reference for the file and flags as given (paths not yet
+ * derived), after checking they would start. */
+static int print_config(void)
 {
+    struct kvt_config c, check;
     char err[512];
-    config_defaults(c);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("kvtierd %s (protocol %d)\n", KVT_VERSION, KVT_PROTO_VERSION);
-            exit(0);
-        }
-        if (strcmp(argv[i], "--print-config") == 0) {
-            config_print_reference(stdout);
-            exit(0);
-        }
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc &&
-            config_load_file(c, argv[++i], err, sizeof err) != 0) {
-            fprintf(stderr, "kvtierd: %s: %s\n", argv[i], err);
-            return -1;
-        }
+    config_defaults(&c);
+    if (boot.file && config_load_file(&c, boot.file, err, sizeof err) != 0) {
+        fprintf(stderr, "kvtierd: %s: %s\n", boot.file, err);
+        return 2;
     }
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0) { i++; continue; }
-        const char *a = argv[i], *eq = strchr(a, '=');
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "kvtierd: unexpected argument '%s'\n", a);
-            return -1;
-        }
-        char key[128];
-        const char *val;
-        if (eq) {
-            snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
-            val = eq + 1;
-        } else if (i + 1 < argc) {
-            snprintf(key, sizeof key, "%s", a + 2);
-            val = argv[++i];
-        } else {
-            fprintf(stderr, "kvtierd: %s needs a value\n", a);
-            return -1;
-        }
-        if (config_set(c, key, val, err, sizeof err) != 0) {
-            fprintf(stderr, "kvtierd: --%s: %s\n", key, err);
-            return -1;
-        }
-    }
-    if (config_finish(c, err, sizeof err) != 0) {
+    if (config_set_flags(&c, boot.argc, boot.argv, err, sizeof err) != 0) {
         fprintf(stderr, "kvtierd: %s\n", err);
-        return -1;
+        return 2;
     }
+    check = c;
+    if (config_finish(&check, err, sizeof err) != 0) {
+        fprintf(stderr, "kvtierd: %s\n", err);
+        return 2;
+    }
+    config_print_reference(stdout, &c);
     return 0;
+}
+
+/* Split argv into the special options and the key flags (kept in boot).
+ * Returns -1 to go on, else an exit code. */
+static int parse_cmdline(int argc, char **argv)
+{
+    int print = 0;
+    boot.argv = calloc((size_t)argc + 1, sizeof *boot.argv);
+    if (!boot.argv) abort();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 0;
+        if (!strcmp(a, "--version")) {
+            printf("kvtierd %s (protocol %d)\n", KVT_VERSION, KVT_PROTO_VERSION);
+            return 0;
+        }
+        if (!strcmp(a, "--print-config")) print = 1;
+        else if (!strncmp(a, "--config=", 9)) boot.file = a + 9;
+        else if (!strcmp(a, "--config") && i + 1 < argc) boot.file = argv[++i];
+        else if (!strcmp(a, "--config")) {
+            fprintf(stderr, "kvtierd: --config needs a file\n");
+            return 2;
+        } else boot.argv[boot.argc++] = argv[i];
+    }
+    return print ? print_config() : -1;
+}
+
+static int build_config(struct kvt_config *c)
+{
+    char err[640];
+    if (config_build(c, boot.file, boot.argc, boot.argv, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "kvtierd: %s\n", err);
+    return -1;
+}
+
+/* Tell systemd (if it is listening); say once if it cannot hear us. */
+static void notify(const char *state)
+{
+    static int warned;
+    char err[256];
+    if (notify_send(state, err, sizeof err) < 0 && !warned) {
+        warned = 1;
+        log_warn("main", "systemd notification failed: %s", err);
+    }
 }
 
 static int mkdir_p(const char *path)
@@ -153,14 +192,23 @@ static int lock_socket(const char *url, int *lock_fd)
     return 0;
 }
 
+/* Bookkeeping after every request, on either channel. */
+static void served(struct kvtierd *d, int err, uint64_t t0)
+{
+    if (!d->draining || err != KVT_ECLOSED) d->last_work_ms = kvtierd_clock(d);
+    metrics_request(&d->met, d->req_kind, err, metrics_now_ns() - t0);
+}
+
 static nng_msg *on_request(void *arg, uint32_t pipe, const void *body, size_t len)
 {
     struct kvtierd *d = arg;
     Kvtier__Response rsp;
     void *scratch = NULL;
     nng_msg *m = NULL;
+    uint64_t t0 = metrics_now_ns();
     handle_request(d, pipe, body, len, &rsp, &scratch);
     if (wire_pack(&rsp.base, &m) != 0) m = NULL;
+    served(d, rsp.err, t0);
     handle_response_free(&rsp, scratch);
     return m;
 }
@@ -202,6 +250,35 @@ static int open_server(struct kvtierd *d)
     return 0;
 }
 
+static int open_metrics(struct kvtierd *d)
+{
+    char err[640] = "", url[CFG_STR_MAX + 32];
+    if (!d->cfg.metrics_listen[0]) {
+        log_info("metrics", "disabled (metrics.listen is empty)");
+        return 0;
+    }
+    if (metrics_http_open(d->cfg.metrics_listen, &d->http, url, sizeof url, err,
+                          sizeof err) != 0) {
+        log_error("metrics", "%s", err);
+        return -1;
+    }
+    log_info("metrics", "serving %s/metrics", url);
+    return 0;
+}
+
+/* Open everything requests need, telling systemd what is going on. */
+static int open_all(struct kvtierd *d)
+{
+    char st[CFG_STR_MAX + 64];
+    snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
+             (unsigned long long)(d->cfg.pool_bytes >> 20));
+    notify(st);
+    if (open_tiers(d) != 0) return -1;
+    notify("STATUS=starting listeners");
+    if (open_server(d) != 0 || open_metrics(d) != 0) return -1;
+    return 0;
+}
+
 /* Block the signals we read from a signalfd, before any thread exists,
  * so nng's threads inherit the mask and never take them. */
 static void block_signals(sigset_t *set)
@@ -225,63 +302,183 @@ static int make_fds(int *tfd, int *sfd)
     return timerfd_settime(*tfd, 0, &it, NULL);
 }
 
-static void on_tick(struct kvtierd *d, int tfd)
+struct loop {
+    int ep, tfd, sfd, sv, mfd;
+    uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
+    int running;
+};
+
+static void begin_drain(struct kvtierd *d, unsigned signo)
 {
-    uint64_t n;
-    ssize_t r = read(tfd, &n, sizeof n);
-    (void)r;
-    lease_expire(d, kvtierd_clock(d));
-    store_watermark(d);
+    char st[96];
+    d->draining = 1;
+    d->drain_deadline = kvtierd_clock(d) + d->cfg.drain_timeout_ms;
+    log_info("main", "signal %u: draining: new work refused; waiting up to "
+             "%llu ms for %llu lease(s)", signo,
+             (unsigned long long)d->cfg.drain_timeout_ms,
+             (unsigned long long)d->leases.count);
+    snprintf(st, sizeof st, "STOPPING=1\nSTATUS=draining %llu lease(s)",
+             (unsigned long long)d->leases.count);
+    notify(st);
 }
 
-/* 1 to keep running. */
-static int on_signal(struct kvtierd *d, int sfd)
+/* 1 once the drain is over: nothing left, or out of time (then cancel). */
+static int drain_done(struct kvtierd *d)
 {
-    struct signalfd_siginfo si;
-    (void)d;
-    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGHUP) {
-            log_info("main", "SIGHUP: nothing to reload yet");
-            continue;
-        }
-        log_info("main", "signal %u: shutting down", si.ssi_signo);
-        return 0;
+    uint64_t now = kvtierd_clock(d);
+    if (d->leases.count == 0 && now - d->last_work_ms >= DRAIN_QUIET_MS)
+        return 1;
+    if (now < d->drain_deadline) return 0;
+    if (d->leases.count) {
+        log_warn("main", "drain deadline passed: cancelling %llu lease(s)",
+                 (unsigned long long)d->leases.count);
+        d->met.leases_cancelled += d->leases.count;
+        lease_drop_all(d);
     }
     return 1;
 }
 
-static int run_loop(struct kvtierd *d)
+static void on_tick(struct kvtierd *d, struct loop *lp)
 {
-    int tfd, sfd, sv = server_fd(d->srv);
-    if (make_fds(&tfd, &sfd) != 0) {
-        log_error("main", "timerfd/signalfd: %s", strerror(errno));
+    uint64_t n;
+    ssize_t r = read(lp->tfd, &n, sizeof n);
+    (void)r;
+    uint64_t now = kvtierd_clock(d);
+    lease_expire(d, now);
+    store_watermark(d);
+    if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
+        notify("WATCHDOG=1");
+        lp->wd_last = now;
+    }
+}
+
+static void log_change(void *arg, const char *key, const char *from,
+                       const char *to, int reloadable)
+{
+    int *restart = arg;
+    if (reloadable) {
+        log_info("config", "%s: %s -> %s", key, from[0] ? from : "(empty)",
+                 to[0] ? to : "(empty)");
+        return;
+    }
+    (*restart)++;
+    log_warn("config", "%s: %s -> %s takes a restart; keeping %s", key,
+             from[0] ? from : "(empty)", to[0] ? to : "(empty)",
+             from[0] ? from : "(empty)");
+}
+
+/* SIGHUP: rebuild the config; apply what may change at run time. */
+static void reload(struct kvtierd *d)
+{
+    struct kvt_config nc;
+    char err[640];
+    int restart = 0;
+    if (!boot.file) {
+        log_warn("config", "SIGHUP: started without --config; nothing to reload");
+        return;
+    }
+    notify("RELOADING=1\nSTATUS=reloading configuration");
+    if (config_build(&nc, boot.file, boot.argc, boot.argv, err, sizeof err) != 0) {
+        d->met.reloads_failed++;
+        log_error("config", "reload failed, running settings kept: %s", err);
+    } else {
+        int n = config_diff(&d->cfg, &nc, log_change, &restart);
+        config_apply_reloadable(&d->cfg, &nc);
+        log_set_level(log_level_parse(d->cfg.log_level));
+        d->met.reloads_ok++;
+        log_info("config", "reloaded %s: %d change(s) applied, %d need a restart",
+                 boot.file, n - restart, restart);
+    }
+    notify("READY=1\nSTATUS=serving");
+}
+
+/* Read the signalfd: SIGHUP reloads, SIGTERM/SIGINT drains, twice stops. */
+static void on_signal(struct kvtierd *d, struct loop *lp)
+{
+    struct signalfd_siginfo si;
+    while (lp->running && read(lp->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP) reload(d);
+        else if (!d->draining) begin_drain(d, si.ssi_signo);
+        else {
+            log_warn("main", "signal %u while draining: stopping now", si.ssi_signo);
+            d->met.leases_cancelled += d->leases.count;
+            lp->running = 0;
+        }
+    }
+}
+
+static int loop_open(struct kvtierd *d, struct loop *lp)
+{
+    memset(lp, 0, sizeof *lp);
+    lp->tfd = lp->sfd = -1;
+    lp->sv = server_fd(d->srv);
+    lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
+    lp->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
+        log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    int fds[3] = {sv, tfd, sfd};
-    for (int i = 0; i < 3; i++) {
+    int fds[4] = {lp->sv, lp->tfd, lp->sfd, lp->mfd};
+    for (int i = 0; i < 4; i++) {
+        if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
-    }
-    int running = 1;
-    while (running) {
-        struct epoll_event evs[4];
-        int n = epoll_wait(ep, evs, 4, -1);
-        for (int i = 0; i < n && running; i++) {
-            if (evs[i].data.fd == sv) server_poll(d->srv, on_request, on_pipe, d);
-            else if (evs[i].data.fd == tfd) on_tick(d, tfd);
-            else running = on_signal(d, sfd);
+        if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            log_error("main", "epoll_ctl: %s", strerror(errno));
+            return -1;
         }
-        if (d->evict_target) store_watermark(d);
     }
-    close(ep);
-    close(tfd);
-    close(sfd);
+    lp->wd_ms = notify_watchdog_ms();
+    lp->running = 1;
+    return 0;
+}
+
+static void loop_close(struct loop *lp)
+{
+    if (lp->ep >= 0) close(lp->ep);
+    if (lp->tfd >= 0) close(lp->tfd);
+    if (lp->sfd >= 0) close(lp->sfd);
+}
+
+static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
+{
+    if (fd == lp->sv) server_poll(d->srv, on_request, on_pipe, d);
+    else if (fd == lp->tfd) on_tick(d, lp);
+    else if (fd == lp->sfd) on_signal(d, lp);
+    else if (fd == lp->mfd) metrics_http_poll(d->http, d);
+}
+
+static int run_loop(struct kvtierd *d)
+{
+    struct loop lp;
+    int rc = loop_open(d, &lp);
+    while (rc == 0 && lp.running) {
+        struct epoll_event evs[8];
+        int n = epoll_wait(lp.ep, evs, 8, -1);
+        if (n < 0 && errno != EINTR) {
+            log_error("main", "epoll_wait: %s", strerror(errno));
+            rc = -1;
+        }
+        for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
+        if (d->evict_target) store_watermark(d);
+        if (d->draining && lp.running && drain_done(d)) lp.running = 0;
+    }
+    loop_close(&lp);
+    return rc;
+}
+
+/* What a restart needs written before exit. Today nothing outlives the
+ * process but the pool file (removed on a clean stop); the DRAM journal
+ * and the NVMe tier's RocksDB will be synced here. */
+static int flush_for_restart(struct kvtierd *d)
+{
+    (void)d;
     return 0;
 }
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
+    metrics_http_close(d->http);
+    d->http = NULL;
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
     idx_destroy(&d->idx);
@@ -297,23 +494,30 @@ int main(int argc, char **argv)
     int lock_fd = -1, rc = 1;
     sigset_t set;
     block_signals(&set);
-    if (parse_args(argc, argv, &d.cfg) != 0) return 2;
+    if ((rc = parse_cmdline(argc, argv)) >= 0) goto done;
+    rc = 2;
+    if (build_config(&d.cfg) != 0) goto done;
+    rc = 1;
     log_set_level(log_level_parse(d.cfg.log_level));
     d.start_ms = now_ms();
     if (mkdir_p(d.cfg.state_dir) != 0) {
         log_error("main", "cannot create state dir %s: %s", d.cfg.state_dir,
                   strerror(errno));
-        return 1;
+        goto done;
     }
-    if (lock_socket(d.cfg.socket, &lock_fd) != 0) return 1;
-    if (open_tiers(&d) != 0 || open_server(&d) != 0) goto out;
+    if (lock_socket(d.cfg.socket, &lock_fd) != 0) goto done;
+    if (open_all(&d) != 0) goto out;
     log_info("main", "kvtierd %s ready: pool %s (%llu MiB), %llu contexts, pid %d",
              KVT_VERSION, d.dram->path,
              (unsigned long long)(d.dram->bytes >> 20),
              (unsigned long long)d.cfg.contexts, (int)getpid());
+    notify("READY=1\nSTATUS=serving");
     rc = run_loop(&d) == 0 ? 0 : 1;
+    if (flush_for_restart(&d) != 0) rc = 1;
 out:
     shutdown_all(&d, lock_fd);
     if (rc == 0) log_info("main", "stopped");
+done:
+    free(boot.argv);
     return rc;
 }

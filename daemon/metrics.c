@@ -1,0 +1,344 @@
+/*
+ * metrics.c -- counting and the Prometheus text rendering (see metrics.h).
+ *
+ * Design: rendering walks core-thread state once and writes every family
+ * with its HELP and TYPE line, even when it has no sample yet (a dashboard
+ * then shows 0, not "no data"). Label values are escaped as the exposition
+ * format asks (backslash, double quote, newline); namespace names may hold
+ * any printable byte. Series that do not exist yet are documented, not
+ * faked: there is one tier (dram) today, so per-tier series carry only
+ * tier="dram"; demotions need a lower tier, so that family has no sample;
+ * there are no peers, so the peer gauges read 0.
+ */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.pb-c.h"
+#include "kvtierd.h"
+
+/* Upper bounds of the latency buckets in nanoseconds. */
+static const uint64_t bucket_ns[MET_BUCKETS] = {
+    10000,    25000,    50000,     100000,    250000,    500000,
+    1000000,  2500000,  5000000,   10000000,  25000000,  50000000,
+    100000000, 250000000, 500000000, 1000000000, 2500000000ull,
+};
+
+_Static_assert(KVT_ERR_COUNT == 16, "name the new kvt_err in err_names");
+static const char *const err_names[KVT_ERR_COUNT] = {
+    "OK",     "EINVAL", "ENOMEM",  "ENOSPC",    "ENOENT",  "EEXIST",
+    "EPERM",  "ETIMEDOUT", "ECLOSED", "EPROTO", "EIO",     "EBUSY",
+    "ECORRUPT", "ENOTSUP", "ETOOBIG", "EINTERNAL",
+};
+
+static const char *const op_names[HIT_OPS] = {"lookup", "get"};
+
+uint64_t metrics_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------- counting */
+
+void metrics_request(struct met_core *m, int kind, int err, uint64_t elapsed_ns)
+{
+    if (kind < 0 || kind >= MET_KINDS) kind = MET_KINDS - 1;
+    struct met_hist *h = &m->req[kind];
+    int b = 0;
+    while (b < MET_BUCKETS && elapsed_ns > bucket_ns[b]) b++;
+    h->bucket[b]++;
+    h->sum_ns += elapsed_ns;
+    h->count++;
+    if (err > 0 && err < KVT_ERR_COUNT) m->errors[err]++;
+}
+
+void metrics_hits(struct kvtierd *d, uint16_t ns, enum hit_op op,
+                  uint64_t hit_chunks, uint64_t miss_chunks, uint64_t hit_bytes)
+{
+    if (ns == NS_NONE || ns >= d->ns.n) {
+        d->met.unknown_ns_misses[op] += miss_chunks;
+        return;
+    }
+    struct ns_info *ni = &d->ns.v[ns];
+    ni->hit_chunks[op] += hit_chunks;
+    ni->miss_chunks[op] += miss_chunks;
+    ni->hit_bytes[op] += hit_bytes;
+}
+
+/* ------------------------------------------------------------ rendering */
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+};
+
+static void sb_grow(struct sbuf *b, size_t more)
+{
+    if (b->n + more <= b->cap) return;
+    size_t ncap = b->cap ? b->cap : 16384;
+    while (ncap < b->n + more) ncap *= 2;
+    char *np = realloc(b->p, ncap);
+    if (!np) abort(); /* control-plane allocation */
+    b->p = np;
+    b->cap = ncap;
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    sb_grow(b, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+}
+
+/* A label value, escaped: \ -> \\, " -> \", newline -> \n. */
+static void sb_esc(struct sbuf *b, const char *v)
+{
+    sb_grow(b, 2 * strlen(v));
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') b->p[b->n++] = '\\';
+        if (*v == '\n') {
+            b->p[b->n++] = '\\';
+            b->p[b->n++] = 'n';
+            continue;
+        }
+        b->p[b->n++] = *v;
+    }
+}
+
+static void family(struct sbuf *b, const char *name, const char *type,
+                   const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample(struct sbuf *b, const char *name, const char *labels,
+                   uint64_t v)
+{
+    sb_printf(b, "%s%s%s%s %llu\n", name, labels[0] ? "{" : "", labels,
+              labels[0] ? "}" : "", (unsigned long long)v);
+}
+
+/* name{ns="<escaped>",<rest>} v */
+static void sample_ns(struct sbuf *b, const char *name, const char *ns,
+                      const char *rest, uint64_t v)
+{
+    sb_printf(b, "%s{ns=\"", name);
+    sb_esc(b, ns);
+    sb_printf(b, "\"%s%s} %llu\n", rest[0] ? "," : "", rest,
+              (unsigned long long)v);
+}
+
+static void one(struct sbuf *b, const char *name, const char *type,
+                const char *help, const char *labels, uint64_t v)
+{
+    family(b, name, type, help);
+    sample(b, name, labels, v);
+}
+
+static void render_process(struct sbuf *b, struct kvtierd *d)
+{
+    family(b, "kvtier_build_info", "gauge", "Version of this kvtierd (value 1).");
+    sb_printf(b, "kvtier_build_info{version=\"");
+    sb_esc(b, KVT_VERSION);
+    sb_printf(b, "\"} 1\n");
+    family(b, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
+    sb_printf(b, "kvtier_uptime_seconds %.3f\n", (double)kvtierd_clock(d) / 1000.0);
+    one(b, "kvtier_draining", "gauge",
+        "1 while a SIGTERM drain refuses new work, else 0.", "",
+        (uint64_t)d->draining);
+    one(b, "kvtier_clients", "gauge", "Connected client connections.", "",
+        d->n_pipes);
+    one(b, "kvtier_index_bytes", "gauge",
+        "Memory the chunk index and allocator metadata use.", "",
+        idx_mem_bytes(&d->idx));
+    family(b, "kvtier_config_reloads_total", "counter",
+           "SIGHUP reloads by result (error: old settings kept).");
+    sample(b, "kvtier_config_reloads_total", "result=\"ok\"", d->met.reloads_ok);
+    sample(b, "kvtier_config_reloads_total", "result=\"error\"",
+           d->met.reloads_failed);
+}
+
+static void render_tiers(struct sbuf *b, struct kvtierd *d)
+{
+    struct tier_usage u;
+    d->dram->tier.ops->usage(&d->dram->tier, &u);
+    const char *t = "tier=\"dram\"";
+    one(b, "kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.", t,
+        u.capacity);
+    one(b, "kvtier_tier_used_bytes", "gauge",
+        "Bytes allocated in each tier (committed and in-flight chunks).", t,
+        u.used);
+    one(b, "kvtier_tier_high_watermark_bytes", "gauge",
+        "Usage above which eviction starts.", t,
+        (uint64_t)((double)u.capacity * d->cfg.high_watermark));
+    one(b, "kvtier_tier_low_watermark_bytes", "gauge",
+        "Usage eviction brings the tier down to.", t,
+        (uint64_t)((double)u.capacity * d->cfg.low_watermark));
+    family(b, "kvtier_tier_fragmentation_ratio", "gauge",
+           "1 - largest free block / free bytes (0: unfragmented).");
+    sb_printf(b, "kvtier_tier_fragmentation_ratio{%s} %.6f\n", t, u.fragmentation);
+    one(b, "kvtier_tier_chunks", "gauge", "Committed chunks in each tier.", t,
+        d->idx.n_ready);
+    one(b, "kvtier_tier_bytes_in_total", "counter",
+        "Bytes of chunks committed into each tier.", t, d->st.bytes_in);
+    one(b, "kvtier_tier_bytes_out_total", "counter",
+        "Bytes of chunks served from each tier (leased or copied).", t,
+        d->st.bytes_out);
+    one(b, "kvtier_evictions_total", "counter",
+        "Chunks dropped from each tier to make room.", t, d->st.evictions);
+    family(b, "kvtier_demotions_total", "counter",
+           "Chunks moved to a lower tier (no lower tier configured yet).");
+    one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",
+        "", d->st.puts);
+}
+
+static void ns_series(struct sbuf *b, struct kvtierd *d, const char *name,
+                      const uint64_t *(*pick)(const struct ns_info *), int tier)
+{
+    char rest[64];
+    for (uint32_t i = 0; i < d->ns.n; i++) {
+        const uint64_t *v = pick(&d->ns.v[i]);
+        for (int op = 0; op < HIT_OPS; op++) {
+            snprintf(rest, sizeof rest, "op=\"%s\"%s", op_names[op],
+                     tier ? ",tier=\"dram\"" : "");
+            sample_ns(b, name, d->ns.v[i].name, rest, v[op]);
+        }
+    }
+}
+
+static const uint64_t *pick_hit_chunks(const struct ns_info *n) { return n->hit_chunks; }
+static const uint64_t *pick_miss_chunks(const struct ns_info *n) { return n->miss_chunks; }
+static const uint64_t *pick_hit_bytes(const struct ns_info *n) { return n->hit_bytes; }
+
+static void render_hits(struct sbuf *b, struct kvtierd *d)
+{
+    char l[48];
+    family(b, "kvtier_hit_chunks_total", "counter",
+           "Chunks found by lookup or get, per namespace and tier "
+           "(leading prefix only).");
+    ns_series(b, d, "kvtier_hit_chunks_total", pick_hit_chunks, 1);
+    family(b, "kvtier_hit_bytes_total", "counter",
+           "Bytes of the chunks counted in kvtier_hit_chunks_total.");
+    ns_series(b, d, "kvtier_hit_bytes_total", pick_hit_bytes, 1);
+    family(b, "kvtier_miss_chunks_total", "counter",
+           "Chunks asked for and not found (no ns label: a namespace never "
+           "stored into).");
+    ns_series(b, d, "kvtier_miss_chunks_total", pick_miss_chunks, 0);
+    for (int op = 0; op < HIT_OPS; op++) {
+        snprintf(l, sizeof l, "op=\"%s\"", op_names[op]);
+        sample(b, "kvtier_miss_chunks_total", l, d->met.unknown_ns_misses[op]);
+    }
+}
+
+static void render_namespaces(struct sbuf *b, struct kvtierd *d)
+{
+    family(b, "kvtier_namespace_chunks", "gauge", "Committed chunks per namespace.");
+    for (uint32_t i = 0; i < d->ns.n; i++)
+        sample_ns(b, "kvtier_namespace_chunks", d->ns.v[i].name, "",
+                  d->ns.v[i].chunks);
+    family(b, "kvtier_namespace_bytes", "gauge", "Committed bytes per namespace.");
+    for (uint32_t i = 0; i < d->ns.n; i++)
+        sample_ns(b, "kvtier_namespace_bytes", d->ns.v[i].name, "",
+                  d->ns.v[i].bytes);
+}
+
+static void count_leases(struct kvtierd *d, uint64_t *rd, uint64_t *wr)
+{
+    *rd = *wr = 0;
+    for (int i = 0; i < LEASE_BUCKETS && *rd + *wr < d->leases.count; i++)
+        for (const struct lease *l = d->leases.b[i]; l; l = l->hnext)
+            (*(l->kind == LEASE_READ ? rd : wr))++;
+}
+
+static void render_leases(struct sbuf *b, struct kvtierd *d)
+{
+    uint64_t rd, wr;
+    count_leases(d, &rd, &wr);
+    family(b, "kvtier_leases", "gauge", "Leases held by clients now, by kind.");
+    sample(b, "kvtier_leases", "kind=\"read\"", rd);
+    sample(b, "kvtier_leases", "kind=\"write\"", wr);
+    one(b, "kvtier_leases_expired_total", "counter",
+        "Leases dropped because their deadline passed.", "", d->st.expired_leases);
+    one(b, "kvtier_leases_cancelled_total", "counter",
+        "Leases dropped when a shutdown drain ran out of time.", "",
+        d->met.leases_cancelled);
+    family(b, "kvtier_peers", "gauge",
+           "Cluster peers by state (no cluster support yet: always 0).");
+    sample(b, "kvtier_peers", "state=\"alive\"", 0);
+    sample(b, "kvtier_peers", "state=\"dead\"", 0);
+}
+
+static void render_errors(struct sbuf *b, struct kvtierd *d)
+{
+    char l[48];
+    family(b, "kvtier_errors_total", "counter",
+           "Error responses by kvt_err code.");
+    for (int e = 1; e < KVT_ERR_COUNT; e++) {
+        snprintf(l, sizeof l, "err=\"%s\"", err_names[e]);
+        sample(b, "kvtier_errors_total", l, d->met.errors[e]);
+    }
+}
+
+static void render_hist(struct sbuf *b, const char *kind, const struct met_hist *h)
+{
+    const char *n = "kvtier_request_duration_seconds";
+    uint64_t cum = 0;
+    for (int i = 0; i < MET_BUCKETS; i++) {
+        cum += h->bucket[i];
+        sb_printf(b, "%s_bucket{kind=\"%s\",le=\"%g\"} %llu\n", n, kind,
+                  (double)bucket_ns[i] / 1e9, (unsigned long long)cum);
+    }
+    cum += h->bucket[MET_BUCKETS];
+    sb_printf(b, "%s_bucket{kind=\"%s\",le=\"+Inf\"} %llu\n", n, kind,
+              (unsigned long long)cum);
+    sb_printf(b, "%s_sum{kind=\"%s\"} %.9f\n", n, kind, (double)h->sum_ns / 1e9);
+    sb_printf(b, "%s_count{kind=\"%s\"} %llu\n", n, kind,
+              (unsigned long long)h->count);
+}
+
+/* One histogram per request kind the protocol defines, named by its field
+ * in the Request oneof, so a kind added to the proto appears by itself. */
+static void render_latency(struct sbuf *b, struct kvtierd *d)
+{
+    const ProtobufCMessageDescriptor *md = &kvtier__request__descriptor;
+    family(b, "kvtier_request_duration_seconds", "histogram",
+           "Core-thread time per request (decode, handle, encode), by kind.");
+    render_hist(b, "malformed", &d->met.req[0]);
+    for (unsigned i = 0; i < md->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &md->fields[i];
+        if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)) continue;
+        if (f->id >= MET_KINDS - 1) continue; /* counted in "other" */
+        render_hist(b, f->name, &d->met.req[f->id]);
+    }
+    render_hist(b, "other", &d->met.req[MET_KINDS - 1]);
+}
+
+char *metrics_render(struct kvtierd *d, size_t *len)
+{
+    struct sbuf b = {0};
+    render_process(&b, d);
+    render_tiers(&b, d);
+    render_hits(&b, d);
+    render_namespaces(&b, d);
+    render_leases(&b, d);
+    render_errors(&b, d);
+    render_latency(&b, d);
+    *len = b.n;
+    return b.p;
+}
