@@ -123,12 +123,86 @@ static void measure(struct rt *r)
     fflush(stdout);
 }
 
+/* ---- batched: one request moves BATCH chunks, as an engine saving or
+ * loading a whole prompt does (16 x 256 tokens = a 4096-token prompt). */
+
+#define BATCH 16
+
+/* Put BATCH new chunks of r->size from src (BATCH * size bytes), get them
+ * back into dst: four requests for the whole batch. */
+static void kvt_batch(struct rt *r)
+{
+    kvt_key keys[BATCH];
+    size_t sizes[BATCH], got;
+    kvt_chunk ch[BATCH];
+    uint64_t cs[BATCH];
+    kvt_lease wl, rl;
+    for (int i = 0; i < BATCH; i++) {
+        keys[i] = bench_key(1, r->next_key++);
+        sizes[i] = r->size;
+    }
+    BENCH_KVT(r->c, kvt_put_begin(r->c, NS, keys, sizes, BATCH, NULL, &wl, ch));
+    for (int i = 0; i < BATCH; i++)
+        cs[i] = kvt_copy_checksum(ch[i].data, r->src + (size_t)i * r->size, r->size);
+    BENCH_KVT(r->c, kvt_put_commit(r->c, wl, ch, BATCH, cs));
+    BENCH_KVT(r->c, kvt_get(r->c, NS, keys, BATCH, &rl, ch, &got));
+    if (got != BATCH) bench_die("batch get found %zu of %d chunks", got, BATCH);
+    for (int i = 0; i < BATCH; i++)
+        memcpy(r->dst + (size_t)i * r->size, ch[i].data, r->size);
+    BENCH_KVT(r->c, kvt_release(r->c, rl));
+}
+
+static void memcpy_batch(struct rt *r)
+{
+    for (int i = 0; i < BATCH; i++) {
+        memcpy(r->tmp + (size_t)i * r->size, r->src + (size_t)i * r->size, r->size);
+        bench_clobber(r->tmp);
+    }
+    for (int i = 0; i < BATCH; i++) {
+        memcpy(r->dst + (size_t)i * r->size, r->tmp + (size_t)i * r->size, r->size);
+        bench_clobber(r->dst);
+    }
+}
+
+static double batch_gbs(struct rt *r, int kvt)
+{
+    uint64_t t0 = bench_now_ns(), t, n = 0;
+    do {
+        if (kvt) kvt_batch(r);
+        else memcpy_batch(r);
+        n++;
+    } while ((t = bench_now_ns()) - t0 < ROUND_NS || n < 3);
+    return (double)(n * BATCH * r->size) / (double)(t - t0);
+}
+
+static void measure_batch(struct rt *r)
+{
+    double k[ROUNDS], m[ROUNDS];
+    char name[32];
+    BENCH_KVT(r->c, kvt_clear(r->c, NS, NULL));
+    bench_fill(r->src, BATCH * r->size, 0xBA7C4 + r->size);
+    kvt_batch(r);
+    if (memcmp(r->src, r->dst, BATCH * r->size) != 0)
+        bench_die("batch of %d x %zu bytes came back different", BATCH, r->size);
+    memcpy_batch(r);
+    for (int i = 0; i < ROUNDS; i++) {
+        m[i] = batch_gbs(r, 0);
+        k[i] = batch_gbs(r, 1);
+    }
+    double kg = bench_quantile(k, ROUNDS, 0.5), mg = bench_quantile(m, ROUNDS, 0.5);
+    printf("roundtrip %dx%-4s kvtier %5.2f GB/s  memcpy x2 %5.2f GB/s  ratio %.2f "
+           "(16 chunks per request; target >= 0.85) %s\n", BATCH,
+           bench_size_name(r->size, name, sizeof name), kg, mg, kg / mg,
+           bench_verdict(kg / mg >= 0.85));
+    fflush(stdout);
+}
+
 int main(void)
 {
     static const size_t sizes[] = {256u << 10, 2u << 20, 32u << 20};
     struct bench_daemon d;
     struct rt r = {0};
-    size_t max = 32u << 20;
+    size_t max = BATCH * (2u << 20); /* also 32 MiB */
     r.c = bench_daemon_start(&d, POOL);
     if (!kvt_zero_copy(r.c)) bench_die("the pool is not mapped: no zero-copy path");
     r.src = bench_buf(max, 1);
@@ -139,6 +213,8 @@ int main(void)
         r.size = sizes[i];
         measure(&r);
     }
+    r.size = 2u << 20;
+    measure_batch(&r);
     bench_daemon_stop(&d, r.c);
     return 0;
 }

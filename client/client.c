@@ -19,7 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wire.h"
@@ -29,6 +33,8 @@
 struct kvt_client {
     nng_socket sock;
     int open;
+    int fd;         /* the daemon's fast channel, or -1: nng carries all */
+    int timeout_ms;
     pthread_mutex_t mtx; /* serialises requests on this client */
     uint64_t next_id;
     uint8_t *pool;
@@ -38,6 +44,13 @@ struct kvt_client {
     char last_err[256];
     char gpu[160];
 };
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void set_err(kvt_client *c, const char *msg)
 {
@@ -56,8 +69,79 @@ int kvt_zero_copy(const kvt_client *c)
 
 void kvt_set_timeout(kvt_client *c, int ms)
 {
+    c->timeout_ms = ms;
+    if (!c->open) return;
     nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, ms);
     nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, ms);
+}
+
+/* ------------------------------------------------- the fast channel -- */
+
+/* Wait for fd to be ready for events until deadline (ms, monotonic). */
+static kvt_err wait_fd(int fd, short events, long long deadline)
+{
+    for (;;) {
+        struct pollfd p = {fd, events, 0};
+        long long left = deadline - mono_ms();
+        if (left <= 0) return KVT_ETIMEDOUT;
+        int r = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
+        if (r > 0) return KVT_OK;
+        if (r < 0 && errno != EINTR) return KVT_EIO;
+    }
+}
+
+static kvt_err io_all(int fd, void *buf, size_t n, int wr, long long deadline)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = wr ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                       : recv(fd, p, n, MSG_DONTWAIT);
+        if (r > 0) {
+            p += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0) return KVT_ECLOSED;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return KVT_ECLOSED;
+        kvt_err e = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline);
+        if (e) return e;
+    }
+    return KVT_OK;
+}
+
+/* One framed exchange; frame holds 4 length bytes then the body. A failed
+ * exchange leaves the stream out of step, so the channel is closed. */
+static kvt_err local_xfer(kvt_client *c, uint8_t *frame, size_t body_len,
+                          Kvtier__Response **rsp)
+{
+    long long deadline = mono_ms() + c->timeout_ms;
+    uint8_t hdr[4];
+    for (int i = 0; i < 4; i++) frame[i] = (uint8_t)(body_len >> (8 * i));
+    kvt_err e = io_all(c->fd, frame, body_len + 4, 1, deadline);
+    if (!e) e = io_all(c->fd, hdr, 4, 0, deadline);
+    size_t len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 |
+                 (size_t)hdr[3] << 24;
+    uint8_t *in = e ? NULL : malloc(len ? len : 1);
+    if (!e && !in) e = KVT_ENOMEM;
+    if (!e) e = io_all(c->fd, in, len, 0, deadline);
+    if (!e && !(*rsp = kvtier__response__unpack(NULL, len, in))) e = KVT_EPROTO;
+    free(in);
+    if (e && e != KVT_EPROTO) {
+        close(c->fd);
+        c->fd = -2; /* broken: every later call fails */
+    }
+    return e;
+}
+
+static kvt_err check_id(kvt_client *c, Kvtier__Response **rsp, uint64_t id)
+{
+    if (id != RAW_ID && (*rsp)->id != id) {
+        set_err(c, "response id does not match the request");
+        kvtier__response__free_unpacked(*rsp, NULL);
+        return KVT_EPROTO;
+    }
+    return KVT_OK;
 }
 
 static kvt_err exchange(kvt_client *c, nng_msg *out, Kvtier__Response **rsp,
@@ -80,21 +164,37 @@ static kvt_err exchange(kvt_client *c, nng_msg *out, Kvtier__Response **rsp,
         set_err(c, "undecodable response");
         return KVT_EPROTO;
     }
-    if (id != RAW_ID && (*rsp)->id != id) {
-        set_err(c, "response id does not match the request");
-        kvtier__response__free_unpacked(*rsp, NULL);
-        return KVT_EPROTO;
+    return check_id(c, rsp, id);
+}
+
+/* Send body (packed by pack(), len bytes) on whichever channel is up. */
+static kvt_err roundtrip(kvt_client *c, const Kvtier__Request *q, const void *raw,
+                         size_t len, Kvtier__Response **rsp, uint64_t id)
+{
+    if (c->fd == -2) return KVT_ECLOSED;
+    if (c->fd < 0) {
+        nng_msg *out;
+        int rv = nng_msg_alloc(&out, len);
+        if (rv != 0) return wire_nng_err(rv);
+        if (q) kvtier__request__pack(q, nng_msg_body(out));
+        else memcpy(nng_msg_body(out), raw, len);
+        return exchange(c, out, rsp, id);
     }
-    return KVT_OK;
+    uint8_t *frame = malloc(len + 4);
+    if (!frame) return KVT_ENOMEM;
+    if (q) kvtier__request__pack(q, frame + 4);
+    else memcpy(frame + 4, raw, len);
+    kvt_err e = local_xfer(c, frame, len, rsp);
+    free(frame);
+    if (e) set_err(c, kvt_strerror(e));
+    return e ? e : check_id(c, rsp, id);
 }
 
 kvt_err kvtc_call(kvt_client *c, Kvtier__Request *q, Kvtier__Response **rsp)
 {
-    nng_msg *out;
     pthread_mutex_lock(&c->mtx);
     q->id = ++c->next_id;
-    int rv = wire_pack(&q->base, &out);
-    kvt_err e = rv ? wire_nng_err(rv) : exchange(c, out, rsp, q->id);
+    kvt_err e = roundtrip(c, q, NULL, kvtier__request__get_packed_size(q), rsp, q->id);
     if (e == KVT_OK && (*rsp)->err != 0) {
         e = (kvt_err)(*rsp)->err;
         set_err(c, (*rsp)->msg);
@@ -108,12 +208,8 @@ kvt_err kvtc_call(kvt_client *c, Kvtier__Request *q, Kvtier__Response **rsp)
 kvt_err kvtc_call_raw(kvt_client *c, const void *buf, size_t len,
                       Kvtier__Response **rsp)
 {
-    nng_msg *out;
-    int rv = nng_msg_alloc(&out, len);
-    if (rv != 0) return wire_nng_err(rv);
-    memcpy(nng_msg_body(out), buf, len);
     pthread_mutex_lock(&c->mtx);
-    kvt_err e = exchange(c, out, rsp, RAW_ID);
+    kvt_err e = roundtrip(c, NULL, buf, len, rsp, RAW_ID);
     pthread_mutex_unlock(&c->mtx);
     return e;
 }
@@ -127,6 +223,32 @@ static void map_pool(kvt_client *c, const char *path, uint64_t bytes)
     if (p == MAP_FAILED) return;
     c->pool = p;
     c->pool_bytes = bytes;
+}
+
+static kvt_err hello(kvt_client *c, int local);
+
+/* Move to the daemon's fast channel: connect, HELLO again there (leases
+ * belong to the connection that makes them), and drop the nng socket.
+ * Any failure leaves nng in charge, which works, only slower. */
+static void go_local(kvt_client *c, const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (getenv("KVTIER_NO_FAST") || strlen(path) >= sizeof a.sun_path) return;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    if (hello(c, 0) != KVT_OK) {
+        if (c->fd >= 0) close(c->fd);
+        c->fd = -1;
+        return;
+    }
+    nng_close(c->sock);
+    c->open = 0;
 }
 
 /* Only ipc:// peers share our host; a tcp:// daemon is remote even when
@@ -152,7 +274,10 @@ static kvt_err hello(kvt_client *c, int local)
     snprintf(c->gpu, sizeof c->gpu, "%s", r->hello->gpu);
     if (local && r->hello->pool_path[0])
         map_pool(c, r->hello->pool_path, r->hello->pool_bytes);
+    char path[sizeof ((struct sockaddr_un *)0)->sun_path] = "";
+    if (local && c->pool) snprintf(path, sizeof path, "%s", r->hello->local_path);
     kvtier__response__free_unpacked(r, NULL);
+    if (path[0]) go_local(c, path);
     return KVT_OK;
 }
 
@@ -172,6 +297,8 @@ kvt_err kvt_connect(const char *url, kvt_client **out)
     kvt_client *c = calloc(1, sizeof *c);
     if (!c) return KVT_ENOMEM;
     pthread_mutex_init(&c->mtx, NULL);
+    c->fd = -1;
+    c->timeout_ms = 10000;
     url = default_url(url, buf, sizeof buf);
     int rv = nng_req0_open(&c->sock);
     if (rv == 0) {
@@ -194,6 +321,7 @@ void kvt_close(kvt_client *c)
 {
     if (!c) return;
     if (c->open) nng_close(c->sock);
+    if (c->fd >= 0) close(c->fd);
     if (c->pool) munmap(c->pool, c->pool_bytes);
     pthread_mutex_destroy(&c->mtx);
     free(c);

@@ -49,6 +49,9 @@ static const struct cfg_key keys[] = {
     {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,
      600000, "ms", 1,
      "on SIGTERM, how long to wait for clients to finish their leases"},
+    {"daemon", "local_fast", CFG_U64, F(local_fast), "1", 0, 1, "bool", 0,
+     "1: also serve local clients on a Unix stream socket beside the ipc one "
+     "(<socket path>.fast), far faster than nng here; 0: nng only"},
     {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,

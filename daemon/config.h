@@ -30,6 +30,7 @@ struct kvt_config {
     uint64_t max_keys;            /* keys per request */
     uint64_t max_msg_bytes;       /* largest request accepted */
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
+    uint64_t local_fast;          /* serve the local fast channel */
     /* [dram] */
     char pool_path[CFG_STR_MAX];  /* shared-memory file; empty: derived */
     uint64_t pool_bytes;

@@ -171,6 +171,7 @@ static void do_hello(struct req *r, const Kvtier__Hello *q)
     h->max_keys = (uint32_t)d->cfg.max_keys;
     h->max_chunk_bytes = d->cfg.max_chunk_bytes;
     h->gpu = d->gpu;
+    h->local_path = d->local_path;
     r->rsp->body_case = KVTIER__RESPONSE__BODY_HELLO;
     r->rsp->hello = h;
 }

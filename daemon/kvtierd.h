@@ -71,6 +71,8 @@ struct kvtierd {
     struct ns_table ns;
     struct lease_table leases;
     struct server *srv;
+    struct local_srv *local; /* the fast channel, or NULL */
+    char local_path[CFG_STR_MAX + 8];
     struct counters st;
     uint32_t *pipes; /* connected nng pipe ids */
     uint32_t n_pipes, cap_pipes;

@@ -38,6 +38,7 @@
 
 #include "kvtierd.h"
 #include "log.h"
+#include "local.h"
 #include "metrics_http.h"
 #include "notify.h"
 #include "server.h"
@@ -237,6 +238,31 @@ static int open_tiers(struct kvtierd *d)
     return 0;
 }
 
+static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
+                             size_t len, Kvtier__Response *rsp, void **scratch)
+{
+    uint64_t t0 = metrics_now_ns();
+    handle_request(arg, conn, body, len, rsp, scratch);
+    served(arg, rsp->err, t0);
+}
+
+/* The fast channel sits beside the ipc socket: <path>.fast. */
+static int open_local(struct kvtierd *d)
+{
+    char err[512] = "";
+    if (!d->cfg.local_fast || strncmp(d->cfg.socket, "ipc://", 6) != 0) return 0;
+    snprintf(d->local_path, sizeof d->local_path, "%s.fast", d->cfg.socket + 6);
+    struct local_opts o = {d->local_path, (unsigned)d->cfg.pool_mode,
+                           d->cfg.pool_group, d->cfg.max_msg_bytes, on_local_request,
+                           handle_response_free, on_pipe, d};
+    if (local_open(&o, &d->local, err, sizeof err) != 0) {
+        log_error("local", "%s", err);
+        d->local_path[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
 static int open_server(struct kvtierd *d)
 {
     char err[512] = "";
@@ -275,7 +301,8 @@ static int open_all(struct kvtierd *d)
     notify(st);
     if (open_tiers(d) != 0) return -1;
     notify("STATUS=starting listeners");
-    if (open_server(d) != 0 || open_metrics(d) != 0) return -1;
+    if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0)
+        return -1;
     return 0;
 }
 
@@ -303,7 +330,7 @@ static int make_fds(int *tfd, int *sfd)
 }
 
 struct loop {
-    int ep, tfd, sfd, sv, mfd;
+    int ep, tfd, sfd, sv, lfd, mfd;
     uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
     int running;
 };
@@ -412,14 +439,15 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     memset(lp, 0, sizeof *lp);
     lp->tfd = lp->sfd = -1;
     lp->sv = server_fd(d->srv);
+    lp->lfd = d->local ? local_fd(d->local) : -1;
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
         log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int fds[4] = {lp->sv, lp->tfd, lp->sfd, lp->mfd};
-    for (int i = 0; i < 4; i++) {
+    int fds[5] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd};
+    for (int i = 0; i < 5; i++) {
         if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
@@ -444,6 +472,7 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     if (fd == lp->sv) server_poll(d->srv, on_request, on_pipe, d);
     else if (fd == lp->tfd) on_tick(d, lp);
     else if (fd == lp->sfd) on_signal(d, lp);
+    else if (fd == lp->lfd) local_poll(d->local);
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
 }
 
@@ -479,6 +508,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
     metrics_http_close(d->http);
     d->http = NULL;
+    local_close(d->local);
+    d->local = NULL;
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
     idx_destroy(&d->idx);

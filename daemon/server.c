@@ -9,7 +9,9 @@
  * drains the queue, runs the handler, and starts the send; the send's
  * completion re-arms the receive. Pipe add/remove events travel the same
  * queue, so the core sees a client's disconnect in order with its requests
- * and drops its leases at once.
+ * and drops its leases at once. Worker threads hand results back through
+ * the same queue (server_post), and a handler may park its request and
+ * answer later (server_defer), for replies that wait on a worker.
  */
 #include "server.h"
 
@@ -43,15 +45,24 @@ struct pipe_ev {
     struct pipe_ev *next;
 };
 
+struct post {
+    void (*fn)(void *);
+    void *arg;
+    struct post *next;
+};
+
 struct server {
     nng_socket sock;
     int open;
     struct work *works;
     uint32_t n_works;
     int efd;
-    pthread_mutex_t q_mtx; /* guards q_head/q_tail and ev_head/ev_tail */
+    pthread_mutex_t q_mtx; /* guards the q_, ev_ and post_ lists */
     struct work *q_head, *q_tail;
     struct pipe_ev *ev_head, *ev_tail;
+    struct post *post_head, *post_tail;
+    struct work *cur; /* the request a handler is running for (core) */
+    int deferred;     /* ... and that handler called server_defer */
     volatile int closing;
 };
 
@@ -64,7 +75,7 @@ static void wake(struct server *s)
 
 static int queue_empty(const struct server *s)
 {
-    return s->q_head == NULL && s->ev_head == NULL;
+    return s->q_head == NULL && s->ev_head == NULL && s->post_head == NULL;
 }
 
 static void enqueue_work(struct server *s, struct work *w)
@@ -111,6 +122,22 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
     if (s->ev_tail) s->ev_tail->next = e;
     else s->ev_head = e;
     s->ev_tail = e;
+    pthread_mutex_unlock(&s->q_mtx);
+    if (was_empty) wake(s);
+}
+
+void server_post(struct server *s, void (*fn)(void *), void *arg)
+{
+    struct post *p = malloc(sizeof *p);
+    if (!p) abort();
+    p->fn = fn;
+    p->arg = arg;
+    p->next = NULL;
+    pthread_mutex_lock(&s->q_mtx);
+    int was_empty = queue_empty(s);
+    if (s->post_tail) s->post_tail->next = p;
+    else s->post_head = p;
+    s->post_tail = p;
     pthread_mutex_unlock(&s->q_mtx);
     if (was_empty) wake(s);
 }
@@ -201,12 +228,40 @@ static void reply(struct work *w, nng_msg *rsp)
     nng_ctx_send(w->ctx, w->aio);
 }
 
+struct server_later *server_defer(struct server *s)
+{
+    if (!s || !s->cur) return NULL; /* not inside one of our handlers */
+    s->deferred = 1;
+    return (struct server_later *)s->cur;
+}
+
+void server_reply_later(struct server *s, struct server_later *h, nng_msg *rsp)
+{
+    struct work *w = (struct work *)h;
+    if (rsp) {
+        w->state = W_SEND;
+        nng_aio_set_msg(w->aio, rsp);
+        nng_ctx_send(w->ctx, w->aio);
+    } else if (!s->closing) {
+        nng_ctx_recv(w->ctx, w->aio);
+    }
+}
+
 static void serve_one(struct server *s, struct work *w, server_handler_fn fn,
                       void *arg)
 {
     nng_pipe p = nng_msg_get_pipe(w->msg);
+    s->cur = w;
+    s->deferred = 0;
     nng_msg *rsp = fn(arg, (uint32_t)nng_pipe_id(p), nng_msg_body(w->msg),
                       nng_msg_len(w->msg));
+    s->cur = NULL;
+    if (s->deferred) { /* parked until server_reply_later */
+        if (rsp) nng_msg_free(rsp);
+        nng_msg_free(w->msg);
+        w->msg = NULL;
+        return;
+    }
     if (!rsp) { /* nothing to say: re-arm the receive */
         nng_msg_free(w->msg);
         w->msg = NULL;
@@ -225,14 +280,19 @@ void server_poll(struct server *s, server_handler_fn fn,
     for (;;) {
         pthread_mutex_lock(&s->q_mtx);
         struct pipe_ev *e = s->ev_head;
-        struct work *w = e ? NULL : s->q_head;
+        struct post *po = e ? NULL : s->post_head;
+        struct work *w = e || po ? NULL : s->q_head;
         if (e && !(s->ev_head = e->next)) s->ev_tail = NULL;
+        if (po && !(s->post_head = po->next)) s->post_tail = NULL;
         if (w && !(s->q_head = w->next)) s->q_tail = NULL;
         pthread_mutex_unlock(&s->q_mtx);
-        if (!e && !w) return;
+        if (!e && !po && !w) return;
         if (e) {
             pfn(arg, e->pipe, e->added);
             free(e);
+        } else if (po) {
+            po->fn(po->arg);
+            free(po);
         } else {
             serve_one(s, w, fn, arg);
         }
@@ -253,6 +313,11 @@ void server_close(struct server *s)
         struct pipe_ev *e = s->ev_head;
         s->ev_head = e->next;
         free(e);
+    }
+    while (s->post_head) {
+        struct post *p = s->post_head;
+        s->post_head = p->next;
+        free(p);
     }
     if (s->efd >= 0) close(s->efd);
     pthread_mutex_destroy(&s->q_mtx);

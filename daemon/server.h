@@ -32,6 +32,24 @@ int server_fd(const struct server *s);
 /* Serve everything queued. Core thread only. */
 void server_poll(struct server *s, server_handler_fn fn, server_pipe_fn pfn,
                  void *arg);
+/* Run fn(arg) on the core thread, in server_poll, soon. Any thread may
+ * post (workers hand results back this way, DESIGN §6). A post still
+ * queued when the server closes is freed without running: whoever posts
+ * owns arg and must not need the call after server_close. */
+void server_post(struct server *s, void (*fn)(void *arg), void *arg);
+
+/* Inside a handler (core thread): answer this request later. What the
+ * handler returns is then discarded and the request's context stays
+ * parked until server_reply_later, which must be called exactly once per
+ * handle (on every path: a parked context serves nobody else). NULL when
+ * the request did not come through this server (answer it now). */
+struct server_later;
+struct server_later *server_defer(struct server *s);
+/* Send the deferred reply (owned by the server from then on); rsp NULL
+ * sends nothing. Core thread; not after server_close. */
+void server_reply_later(struct server *s, struct server_later *h,
+                        nng_msg *rsp);
+
 /* Stop listening, cancel in-flight receives, free. Accepts NULL and
  * half-built servers. */
 void server_close(struct server *s);

@@ -22,7 +22,7 @@ C=$KVTIERCTL
 
 rc_is 3 $C status                       # no daemon yet
 "$KVTIERD" --socket "ipc://$KVTIER_SOCKET" --state-dir "$dir" --pool-path "$pool" \
-    --pool-bytes 32M 2>"$dir/daemon.log" &
+    --pool-bytes 32M --metrics.listen 127.0.0.1:0 2>"$dir/daemon.log" &
 pid=$!
 for _ in $(seq 100); do $C status >/dev/null 2>&1 && break; sleep 0.1; done
 ok $C status

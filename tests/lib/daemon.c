@@ -41,9 +41,11 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
 {
     char url[400];
     snprintf(url, sizeof url, "ipc://%s", d->sock);
+    /* Port 0: every test daemon gets a free metrics port of its own. */
     const char *argv[64] = {bin(), "--socket", url, "--state-dir", d->dir,
-                            "--pool-path", d->pool, "--pool-bytes", "64M"};
-    int n = 9;
+                            "--pool-path", d->pool, "--pool-bytes", "64M",
+                            "--metrics.listen", "127.0.0.1:0"};
+    int n = 11;
     for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     pid_t pid = fork();

@@ -1,0 +1,219 @@
+/*
+ * kvcache.h -- engines' KV-cache registrations and the SAVE/LOAD transfers
+ * kvtierd runs for them (DESIGN §3, last part).
+ *
+ * Design: an engine registers its paged KV tensors once (a layout plus a
+ * shared-memory file, or CUDA IPC handles) and then only names blocks and
+ * keys. The core thread validates a whole request before anything moves,
+ * reserves (SAVE) or pins (LOAD) the pool chunks, and queues one job per
+ * request to a small pool of worker threads that do the gather or scatter
+ * (kvt_gather_cpu / kvt_gpu_gather); the worker hands the result back
+ * through server_post, and the core commits or unpins (DESIGN §6: no bulk
+ * copy on the core thread). While a SAVE runs its chunks are PENDING, so
+ * invisible; while a LOAD runs its chunks are pinned.
+ *
+ * Lifetimes, the invariants everything here keeps:
+ *  - A registration belongs to one connection (nng pipe) and is counted:
+ *    one reference while registered, one per transfer using it. Unregister
+ *    or a closed connection takes the first away; the mapping (or the IPC
+ *    handles) goes only when the last transfer has finished, so a worker
+ *    never touches memory that is gone.
+ *  - A transfer's pool chunks are owned by the transfer, not by a lease,
+ *    so no lease deadline or disconnect frees space a worker still writes.
+ *    A closed connection cancels its queued transfers at once and marks
+ *    running ones orphaned: they stop at the next chunk, and the core then
+ *    frees (SAVE) or unpins (LOAD) their chunks. An orphaned SAVE never
+ *    commits.
+ *  - A finished transfer is kept until KvWait reports it once, or until
+ *    its connection closes; a connection holds at most KVC_MAX_XFERS.
+ *
+ * Everything in struct kvc is the core thread's, except the worker queue
+ * (guarded by kvc_pool.mtx) and each transfer's cancel flag (atomic).
+ */
+#ifndef KVT_KVCACHE_H
+#define KVT_KVCACHE_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "gpu.h"
+#include "kvtierd.h"
+#include "layout.h"
+
+#define KVC_MAX_REGS 64        /* registrations per connection */
+#define KVC_MAX_XFERS 1024     /* uncollected transfers per connection */
+#define KVC_WORKERS 2          /* worker threads */
+#define KVC_MAX_DEVICES 16     /* GPU streams per worker */
+#define KVC_WAIT_MAX_MS 60000  /* longest a KvWait is parked */
+#define KVC_XFER_BUCKETS 1024
+#define KVC_MSG 160
+
+struct hbm;
+struct server_later;
+
+enum kvc_mem { KVC_MEM_HOST = 1, KVC_MEM_CUDA = 2 };
+enum kvc_kind { KVC_SAVE = 1, KVC_LOAD = 2 };
+enum kvc_xstate { KVC_QUEUED = 0, KVC_RUNNING = 1, KVC_DONE = 2 };
+
+/* A CUDA IPC handle opened once per daemon, shared by registrations. */
+struct kvc_ipc {
+    uint8_t handle[KVT_CUDA_IPC_HANDLE_LEN];
+    int device;
+    void *ptr;
+    uint32_t refs;
+    struct kvc_ipc *next;
+};
+
+struct kvc_reg {
+    uint64_t id;
+    uint32_t pipe;
+    uint32_t refs;   /* registered + transfers using it */
+    int dead;        /* unregistered or its connection closed */
+    int mem;         /* enum kvc_mem */
+    int device;      /* CUDA */
+    char *ns;
+    kvt_layout lay;  /* immutable once registered: workers read it */
+    uint32_t bpc;    /* blocks per chunk */
+    uint64_t chunk_bytes;
+    void *map;       /* host: the engine's file, mapped */
+    size_t map_len;
+    struct kvc_ipc *ipc[KVT_LAYOUT_MAX_LAYERS * 2]; /* CUDA: per tensor */
+    uint32_t n_ipc;
+    struct kvc_reg *next;
+};
+
+struct kvc;
+
+struct kvc_xfer {
+    struct kvc *k;
+    uint64_t id;
+    uint32_t pipe;
+    uint8_t kind;     /* enum kvc_kind */
+    uint8_t state;    /* enum kvc_xstate, the core's view */
+    uint8_t queued;   /* on the worker queue (kvc_pool.mtx) */
+    uint8_t orphan;   /* its connection closed: discard the result */
+    atomic_int cancel; /* core -> worker: stop at the next chunk */
+    struct kvc_reg *reg; /* holds a reference */
+    uint32_t n;       /* chunks named by the request */
+    uint32_t n_move;  /* chunks the worker moves (SAVE: the new ones) */
+    uint32_t *slot;   /* [n] index slots; IDX_NONE: SAVE skipped it */
+    uint32_t *parent, *pgen; /* [n] SAVE: parent slot and generation */
+    void **chunk;     /* [n_move] pool addresses (worker input) */
+    int32_t *ids;     /* [n_move * bpc] block ids (worker input) */
+    uint64_t *csum;   /* [n_move] SAVE: out; LOAD: expected */
+    kvt_err err;      /* worker output, then the transfer's result */
+    char msg[KVC_MSG];
+    uint64_t stamp;   /* KvWait duplicate check */
+    struct kvc_xfer *hnext; /* id hash chain */
+    struct kvc_xfer *qnext; /* worker queue */
+};
+
+/* A KvWait parked until its transfers finish or its deadline passes. */
+struct kvc_waiter {
+    uint32_t pipe;
+    uint64_t req_id;  /* Response.id the client expects */
+    struct server_later *later;
+    uint64_t deadline; /* kvtierd_clock ms */
+    uint64_t *xfers;
+    uint32_t n;
+    struct kvc_waiter *next;
+};
+
+struct kvc_pool {
+    pthread_t th[KVC_WORKERS];
+    int n_th;
+    pthread_mutex_t mtx; /* guards head/tail, stop, kvc_xfer.queued */
+    pthread_cond_t cv;
+    struct kvc_xfer *head, *tail;
+    int stop;
+};
+
+struct kvc_counters {
+    uint64_t saved, loaded, failed;
+};
+
+struct kvc {
+    struct kvtierd *d;
+    struct kvt_gpu *gpu;  /* NULL: no GPU here */
+    struct hbm *hbm;      /* NULL: hbm_bytes = 0 */
+    int pool_registered;  /* DRAM pool cudaHostRegister'ed */
+    struct kvc_reg *regs;
+    uint64_t n_regs;      /* live (not dead) */
+    struct kvc_ipc *ipcs;
+    struct kvc_xfer *xb[KVC_XFER_BUCKETS];
+    uint64_t n_xfers;
+    uint64_t next_id, stamp;
+    struct kvc_waiter *waiters;
+    uint32_t n_waiters, max_waiters;
+    nng_aio *timer;       /* fires at the earliest waiter deadline */
+    uint64_t timer_due;   /* 0: not armed */
+    struct kvc_pool pool;
+    struct kvc_counters st;
+    unsigned fault_delay_ms; /* KVT_FAULT_KV_DELAY_MS: sleep per chunk */
+};
+
+/* ---- main.c: start and stop ------------------------------------------ */
+
+/* Load CUDA if it is here (d->gpu says how it went), open the HBM tier if
+ * hbm_bytes asks for one, start the workers. -1 (logged) when the daemon
+ * must not start: hbm_bytes > 0 without a usable GPU. */
+int kvc_open(struct kvtierd *d);
+/* Stop the workers, drop every transfer and registration. Core thread,
+ * before server_close. Accepts a daemon whose kvc_open failed or never
+ * ran. */
+void kvc_close(struct kvtierd *d);
+
+/* ---- handlers.c -------------------------------------------------------- */
+
+struct req;
+/* Memory that lives until the response is packed (handlers.c). */
+void *req_alloc(struct req *r, size_t size);
+/* Set the response's error and text; returns e (handlers.c). */
+kvt_err req_fail(struct req *r, kvt_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
+                     const Kvtier__RegisterKvCache *q, Kvtier__Response *rsp);
+void kvc_do_unregister(struct req *r, struct kvtierd *d, uint32_t pipe,
+                       const Kvtier__UnregisterKvCache *q,
+                       Kvtier__Response *rsp);
+void kvc_do_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
+                     const Kvtier__KvTransfer *q, int kind,
+                     Kvtier__Response *rsp);
+void kvc_do_wait(struct req *r, struct kvtierd *d, uint32_t pipe,
+                 const Kvtier__KvWait *q, Kvtier__Response *rsp);
+void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe);
+void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s);
+
+/* ---- between kvcache.c, kvxfer.c and kvwait.c ------------------------- */
+
+struct kvc_xfer *kvc_xfer_find(struct kvc *k, uint64_t id);
+/* Unhash and free a transfer record (its chunks already settled). */
+void kvc_xfer_free(struct kvc *k, struct kvc_xfer *x);
+void kvc_reg_unref(struct kvc *k, struct kvc_reg *g);
+uint64_t kvc_new_id(struct kvc *k);
+
+/* kvxfer.c: the workers. */
+int kvc_pool_start(struct kvc *k);
+/* Join the workers; transfers still queued stay queued. */
+void kvc_pool_stop(struct kvc *k);
+void kvc_pool_push(struct kvc *k, struct kvc_xfer *x);
+/* Take x off the queue if no worker has it yet: 1 if taken. */
+int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x);
+/* Core thread: settle a transfer's chunks (commit, free or unpin) and
+ * drop its registration reference. err is the result to record. */
+void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err);
+/* Install the SIGBUS guard workers copy under (once per process). */
+void kvc_sigbus_install(void);
+
+/* kvwait.c: parked KvWait requests. */
+int kvc_wait_init(struct kvc *k);
+/* A transfer of pipe finished: answer the waits it completes. */
+void kvc_wait_notify(struct kvc *k, uint32_t pipe);
+/* Answer (pipe gone: just release) every wait of pipe. */
+void kvc_wait_drop_pipe(struct kvc *k, uint32_t pipe);
+void kvc_wait_close(struct kvc *k);
+
+#endif

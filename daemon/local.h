@@ -1,0 +1,49 @@
+/*
+ * local.h -- the local fast channel: protobuf requests over a Unix stream
+ * socket served by the core thread itself (see local.c).
+ */
+#ifndef KVT_LOCAL_H
+#define KVT_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.pb-c.h"
+
+/* Connection ids start here, above every nng pipe id (nng's are 31-bit),
+ * so leases can be owned by either kind of connection. */
+#define LOCAL_ID_BASE 0x80000000u
+
+struct local_srv;
+
+typedef void (*local_handler_fn)(void *arg, uint32_t conn, const uint8_t *body,
+                                 size_t len, Kvtier__Response *rsp, void **scratch);
+typedef void (*local_free_fn)(Kvtier__Response *rsp, void *scratch);
+typedef void (*local_conn_fn)(void *arg, uint32_t conn, int added);
+
+struct local_opts {
+    const char *path;
+    unsigned mode;
+    const char *group;
+    uint64_t max_msg_bytes;
+    local_handler_fn handle;
+    local_free_fn free_rsp;
+    local_conn_fn conn;
+    void *arg;
+};
+
+/* Listen on o->path (a stale file there is replaced: the caller holds the
+ * daemon's socket lock). 0, or -1 with a sentence in err. */
+int local_open(const struct local_opts *o, struct local_srv **out, char *err,
+               size_t errlen);
+/* One fd for the core's epoll: readable when any connection has work. */
+int local_fd(const struct local_srv *s);
+/* Accept, read, serve and write whatever is ready, bounded per call. */
+void local_poll(struct local_srv *s);
+/* Open connections. */
+uint32_t local_count(const struct local_srv *s);
+/* Close every connection (each reported as removed), the listener, and
+ * unlink the socket file. Accepts NULL. */
+void local_close(struct local_srv *s);
+
+#endif
