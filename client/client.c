@@ -90,9 +90,32 @@ static kvt_err wait_fd(int fd, short events, long long deadline)
     }
 }
 
+/* Microseconds a reader polls before it sleeps: a reply usually comes
+ * within tens of microseconds, and waking a sleeping thread on another CPU
+ * costs about as much again on virtual machines. KVTIER_SPIN_US=0 turns
+ * it off. */
+static long spin_us(void)
+{
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("KVTIER_SPIN_US");
+        v = e && *e ? strtol(e, NULL, 10) : 50;
+        if (v < 0) v = 0;
+    }
+    return v;
+}
+
+static long long mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static kvt_err io_all(int fd, void *buf, size_t n, int wr, long long deadline)
 {
     uint8_t *p = buf;
+    long long spin_end = wr ? 0 : mono_us() + spin_us();
     while (n) {
         ssize_t r = wr ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
                        : recv(fd, p, n, MSG_DONTWAIT);
@@ -104,6 +127,7 @@ static kvt_err io_all(int fd, void *buf, size_t n, int wr, long long deadline)
         if (r == 0) return KVT_ECLOSED;
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return KVT_ECLOSED;
+        if (!wr && mono_us() < spin_end) continue;
         kvt_err e = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline);
         if (e) return e;
     }
