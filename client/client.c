@@ -1,13 +1,18 @@
 /*
  * client.c -- libkvtier: connection, requests, and the mapped pool.
  *
- * Design: a kvt_client is one nng req0 socket dialled to one daemon, plus
- * the daemon's DRAM pool mapped MAP_SHARED when the pool file can be opened
- * (same host). Every call is one request/response exchange under the
- * client's lock; req0's automatic resend is switched off, because resending
- * a PUT_BEGIN would reserve space twice. Offsets the daemon returns are
- * checked against the mapping before they become pointers, so a confused
- * daemon cannot make the library write outside the pool.
+ * Design: a kvt_client first dials the daemon with an nng req0 socket and
+ * says HELLO; the answer names the DRAM pool, which is mapped MAP_SHARED
+ * when the file can be opened (ipc:// only: a tcp:// daemon is remote), and
+ * the daemon's fast channel, a Unix stream socket served by the daemon's
+ * core thread. A local client moves to that channel and closes nng: a
+ * round trip there costs a fraction of nng's (see daemon/local.c). Remote
+ * clients, and local ones with KVTIER_NO_FAST set, stay on nng, whose
+ * automatic resend is switched off, because resending a PUT_BEGIN would
+ * reserve space twice. Every call is one exchange under the client's lock.
+ * Offsets the daemon returns are checked against the mapping before they
+ * become pointers, so a confused daemon cannot make the library write
+ * outside the pool.
  */
 #include "client_internal.h"
 
