@@ -54,7 +54,7 @@ TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC))
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps run test test-bin check-unit bench install clean
+.PHONY: all deps run test test-bin check-unit bench install clean fuzz
 .DEFAULT_GOAL := all
 
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -122,6 +122,18 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
 
 -include cuda/cuda.mk
 
+# ---------------------------------------------------------------- fuzzing
+# libFuzzer over the request decoder and handlers (needs clang). Inputs it
+# keeps land in tests/fuzz/corpus/, which the unit suite replays.
+FUZZ_SECONDS ?= 60
+fuzz: $(GEN_C)
+	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
+	@mkdir -p build-fuzz tests/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -DKVT_VERSION=\"$(VERSION)\" $(CPPFLAGS) tests/fuzz/fuzz_wire.c tests/lib/fuzz_harness.c \
+	    $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC) -o build-fuzz/fuzz_wire $(LIBS)
+	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus
+
 # ---------------------------------------------------------------- targets
 run: deps all
 	@mkdir -p var
@@ -138,6 +150,13 @@ test: deps
 bench: deps all $(BENCH_BINS)
 	scripts/run-bench.sh $(BUILD)
 
+# Directories follow PREFIX; /etc only for PREFIX=/usr (a distro layout).
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+MANDIR     ?= $(PREFIX)/share/man
+I_UNIT     := $(DESTDIR)$(UNITDIR)/kvtierd.service
+I_CONF     := $(DESTDIR)$(SYSCONFDIR)/kvtier/kvtierd.conf
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(KVTIERD) $(KVTIERCTL) $(DESTDIR)$(PREFIX)/bin/
@@ -145,9 +164,19 @@ install: all
 	install -m 0755 $(LIBKVT_SO) $(DESTDIR)$(PREFIX)/lib/libkvtier.so.0
 	ln -sf libkvtier.so.0 $(DESTDIR)$(PREFIX)/lib/libkvtier.so
 	install -m 0644 client/include/kvtier.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(BUILD)/lib/kvtier.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/kvtier.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvtier.pc
+	install -d $(dir $(I_UNIT)) $(dir $(I_CONF)) $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	sed -e 's|/usr/bin/|$(PREFIX)/bin/|g' -e 's|/etc/kvtier/|$(SYSCONFDIR)/kvtier/|g' \
+	    deploy/kvtierd.service > $(I_UNIT) && chmod 0644 $(I_UNIT)
+	install -m 0644 deploy/sysusers/kvtier.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/
+	[ -e $(I_CONF) ] || install -m 0644 deploy/kvtierd.conf $(I_CONF)
+	install -m 0644 man/kvtierctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 man/kvtier.conf.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 man/kvtierd.8 $(DESTDIR)$(MANDIR)/man8/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
