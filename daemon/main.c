@@ -54,13 +54,6 @@ static struct {
     char **argv; /* the --KEY VALUE flags only */
 } boot;
 
-uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
