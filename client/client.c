@@ -366,3 +366,8 @@ const char *kvtc_gpu(const kvt_client *c)
 {
     return c->gpu;
 }
+
+int kvtc_timeout_ms(const kvt_client *c)
+{
+    return c->timeout_ms;
+}

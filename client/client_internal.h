@@ -19,5 +19,7 @@ kvt_err kvtc_call_raw(kvt_client *c, const void *buf, size_t len,
 /* Pointer into the mapped pool, or NULL if unmapped or out of range. */
 void *kvtc_pool_ptr(const kvt_client *c, uint64_t off, uint64_t size);
 const char *kvtc_gpu(const kvt_client *c);
+/* The per-request timeout (kvt_set_timeout), in milliseconds. */
+int kvtc_timeout_ms(const kvt_client *c);
 
 #endif

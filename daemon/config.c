@@ -66,6 +66,10 @@ static const struct cfg_key keys[] = {
      "file mode of the pool file and socket (octal)"},
     {"dram", "pool_group", CFG_STR, F(pool_group), "", 0, 0, "group", 0,
      "group owning the pool file and socket (empty: the daemon's)"},
+    {"hbm", "hbm_bytes", CFG_BYTES, F(hbm_bytes), "0", 0, 1099511627776.0,
+     "bytes", 0, "daemon-owned GPU pool above DRAM (the HBM tier, device 0); "
+     "0: off. Needs a GPU: kvtierd will not start with hbm_bytes > 0 where "
+     "GPU transfers are unavailable"},
     {"metrics", "listen", CFG_ADDR, F(metrics_listen), "127.0.0.1:9464", 0,
      65535, "host:port", 0,
      "address of the Prometheus /metrics endpoint; port 0 picks a free one; "

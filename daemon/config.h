@@ -39,6 +39,8 @@ struct kvt_config {
     double low_watermark;
     uint64_t pool_mode;           /* octal file mode */
     char pool_group[64];          /* group that may map the pool */
+    /* [hbm] */
+    uint64_t hbm_bytes;           /* GPU pool of the HBM tier; 0: off */
     /* [metrics] */
     char metrics_listen[CFG_STR_MAX]; /* host:port of /metrics; "" = off */
 };

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "wire.h"
@@ -66,6 +67,24 @@ static kvt_err fail(struct req *r, kvt_err e, const char *fmt, ...)
     return e;
 }
 
+/* For handlers that live in other files (kvcache.c). */
+void *req_alloc(struct req *r, size_t size)
+{
+    return arena_alloc(r->a, size);
+}
+
+kvt_err req_fail(struct req *r, kvt_err e, const char *fmt, ...)
+{
+    char *msg = arena_alloc(r->a, 256);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, 256, fmt, ap);
+    va_end(ap);
+    r->rsp->err = (int32_t)e;
+    r->rsp->msg = msg;
+    return e;
+}
+
 /* ---------------------------------------------------------------- pipes */
 
 void pipe_added(struct kvtierd *d, uint32_t pipe)
@@ -88,6 +107,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
             break;
         }
     lease_drop_pipe(d, pipe);
+    kvc_pipe_removed(d, pipe);
 }
 
 int pipe_alive(const struct kvtierd *d, uint32_t pipe)
@@ -560,6 +580,7 @@ static void do_stats(struct req *r)
     s->pid = (uint32_t)getpid();
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
+    kvc_fill_stats(d, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
     r->rsp->stats = s;
 }
@@ -621,6 +642,16 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_STATS: do_stats(r); break;
     case KVTIER__REQUEST__BODY_LIST: do_list(r, q->list); break;
     case KVTIER__REQUEST__BODY_EVICT: do_evict(r, q->evict); break;
+    case KVTIER__REQUEST__BODY_REGISTER_KV_CACHE:
+        kvc_do_register(r, r->d, r->pipe, q->register_kv_cache, r->rsp); break;
+    case KVTIER__REQUEST__BODY_UNREGISTER_KV_CACHE:
+        kvc_do_unregister(r, r->d, r->pipe, q->unregister_kv_cache, r->rsp); break;
+    case KVTIER__REQUEST__BODY_KV_SAVE:
+        kvc_do_transfer(r, r->d, r->pipe, q->kv_save, KVC_SAVE, r->rsp); break;
+    case KVTIER__REQUEST__BODY_KV_LOAD:
+        kvc_do_transfer(r, r->d, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
+    case KVTIER__REQUEST__BODY_KV_WAIT:
+        kvc_do_wait(r, r->d, r->pipe, q->kv_wait, r->rsp); break;
     default: fail(r, KVT_EINVAL, "unknown request kind"); break;
     }
 }
@@ -632,6 +663,8 @@ static int drain_allows(Kvtier__Request__BodyCase kind)
     return kind == KVTIER__REQUEST__BODY_PUT_COMMIT ||
            kind == KVTIER__REQUEST__BODY_PUT_ABORT ||
            kind == KVTIER__REQUEST__BODY_RELEASE ||
+           kind == KVTIER__REQUEST__BODY_KV_WAIT ||
+           kind == KVTIER__REQUEST__BODY_UNREGISTER_KV_CACHE ||
            kind == KVTIER__REQUEST__BODY_STATS;
 }
 

@@ -51,11 +51,10 @@
 #define KVC_MSG 160
 
 struct hbm;
-struct server_later;
 
 enum kvc_mem { KVC_MEM_HOST = 1, KVC_MEM_CUDA = 2 };
 enum kvc_kind { KVC_SAVE = 1, KVC_LOAD = 2 };
-enum kvc_xstate { KVC_QUEUED = 0, KVC_RUNNING = 1, KVC_DONE = 2 };
+enum kvc_xstate { KVC_QUEUED = 0, KVC_DONE = 1 }; /* the core's view */
 
 /* A CUDA IPC handle opened once per daemon, shared by registrations. */
 struct kvc_ipc {
@@ -91,7 +90,7 @@ struct kvc_xfer {
     uint64_t id;
     uint32_t pipe;
     uint8_t kind;     /* enum kvc_kind */
-    uint8_t state;    /* enum kvc_xstate, the core's view */
+    uint8_t state;    /* enum kvc_xstate */
     uint8_t queued;   /* on the worker queue (kvc_pool.mtx) */
     uint8_t orphan;   /* its connection closed: discard the result */
     atomic_int cancel; /* core -> worker: stop at the next chunk */
@@ -114,16 +113,24 @@ struct kvc_xfer {
 struct kvc_waiter {
     uint32_t pipe;
     uint64_t req_id;  /* Response.id the client expects */
-    struct server_later *later;
+    void *later;      /* server_later or local_later, by pipe */
     uint64_t deadline; /* kvtierd_clock ms */
     uint64_t *xfers;
     uint32_t n;
     struct kvc_waiter *next;
 };
 
+/* One worker thread and what it keeps across jobs. */
+struct kvc_wk {
+    struct kvc *k;
+    kvt_cuda_stream *stream[KVC_MAX_DEVICES]; /* created on first use */
+};
+
 struct kvc_pool {
     pthread_t th[KVC_WORKERS];
+    struct kvc_wk wk[KVC_WORKERS];
     int n_th;
+    int inited;
     pthread_mutex_t mtx; /* guards head/tail, stop, kvc_xfer.queued */
     pthread_cond_t cv;
     struct kvc_xfer *head, *tail;

@@ -62,6 +62,7 @@ struct counters {
 };
 
 struct server;
+struct kvc;
 struct metrics_http;
 
 struct kvtierd {
@@ -78,6 +79,7 @@ struct kvtierd {
     uint32_t n_pipes, cap_pipes;
     uint64_t evict_target; /* >0: bytes still to free in slices */
     char gpu[160];
+    struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */
     struct met_core met;

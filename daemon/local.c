@@ -19,6 +19,9 @@
  * than max_msg_bytes gets a KVT_ETOOBIG reply and its bytes are skipped, so
  * the connection stays in step and stays up. Connection ids live above
  * LOCAL_ID_BASE, so leases are owned by either kind of connection alike.
+ * A handler may park its request (local_defer, for KvWait): the
+ * connection is then not read from until the reply goes out, so replies
+ * stay in request order.
  */
 #include "local.h"
 
@@ -46,6 +49,8 @@ struct lconn {
     size_t rlen, rcap, wlen, woff, wcap;
     uint64_t skip; /* bytes of an oversized frame still to discard */
     int out_armed;
+    int in_armed;
+    int parked;    /* a request awaits local_reply_later */
     struct lconn *prev, *next;
 };
 
@@ -55,6 +60,8 @@ struct local_srv {
     int lfd, ep;
     struct lconn *conns;
     uint32_t n, next_id;
+    struct lconn *cur; /* whose request the handler is running */
+    int deferred;      /* ... and it called local_defer */
 };
 
 static void *grow(void *p, size_t *cap, size_t need)
@@ -82,13 +89,18 @@ static void conn_close(struct local_srv *s, struct lconn *c)
     free(c);
 }
 
+/* A parked connection is not read (nor polled for input: only for its
+ * peer going away), so it cannot make the core spin. */
 static void set_events(struct local_srv *s, struct lconn *c, int out)
 {
-    if (c->out_armed == out) return;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+    int in = !c->parked;
+    if (c->out_armed == out && c->in_armed == in) return;
+    struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | EPOLLRDHUP |
+                                       (out ? EPOLLOUT : 0),
                              .data.ptr = c};
     epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ev);
     c->out_armed = out;
+    c->in_armed = in;
 }
 
 /* Append one framed response. */
@@ -139,16 +151,55 @@ static void serve_frame(struct local_srv *s, struct lconn *c, const uint8_t *bod
 {
     Kvtier__Response rsp;
     void *scratch = NULL;
+    s->cur = c;
+    s->deferred = 0;
     s->o.handle(s->o.arg, c->id, body, len, &rsp, &scratch);
-    queue_rsp(c, &rsp);
+    s->cur = NULL;
+    if (s->deferred) {
+        c->parked = 1;
+        set_events(s, c, c->out_armed);
+    } else {
+        queue_rsp(c, &rsp);
+    }
     s->o.free_rsp(&rsp, scratch);
+}
+
+struct local_later *local_defer(struct local_srv *s)
+{
+    if (!s || !s->cur) return NULL;
+    s->deferred = 1;
+    return (struct local_later *)s->cur;
+}
+
+/* A send that fails here is seen again by epoll (EPOLLERR/EPOLLHUP), which
+ * closes the connection; closing it here would re-enter the caller. */
+void local_reply_later(struct local_srv *s, struct local_later *h,
+                       const Kvtier__Response *rsp)
+{
+    struct lconn *c = (struct lconn *)h;
+    c->parked = 0;
+    if (rsp) queue_rsp(c, rsp);
+    (void)flush_out(s, c); /* also re-arms input */
+}
+
+int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
+{
+    for (const struct lconn *c = s ? s->conns : NULL; c; c = c->next) {
+        if (c->id != conn) continue;
+        struct ucred cr;
+        socklen_t len = sizeof cr;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return -1;
+        *uid = cr.uid;
+        return 0;
+    }
+    return -1;
 }
 
 /* Serve every complete frame in rbuf; keep the partial rest. */
 static void parse_frames(struct local_srv *s, struct lconn *c)
 {
     size_t off = 0;
-    for (;;) {
+    while (!c->parked) {
         if (c->skip) {
             size_t n = c->rlen - off < c->skip ? c->rlen - off : (size_t)c->skip;
             off += n;
@@ -177,7 +228,7 @@ static void parse_frames(struct local_srv *s, struct lconn *c)
 static int on_readable(struct local_srv *s, struct lconn *c)
 {
     size_t got = 0;
-    while (got < READ_MAX && c->wlen == 0) {
+    while (got < READ_MAX && c->wlen == 0 && !c->parked) {
         c->rbuf = grow(c->rbuf, &c->rcap, c->rlen + 65536);
         ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
         if (r < 0 && errno == EINTR) continue;
@@ -203,6 +254,7 @@ static void accept_all(struct local_srv *s)
         if (!c) abort();
         c->fd = fd;
         c->id = LOCAL_ID_BASE | (s->next_id++ & 0x7fffffffu);
+        c->in_armed = 1;
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev);
         c->next = s->conns;
@@ -224,7 +276,10 @@ void local_poll(struct local_srv *s)
             continue;
         }
         int bad = 0;
-        if (evs[i].events & EPOLLOUT) bad = flush_out(s, c);
+        /* A client awaiting a parked reply never hangs up on purpose. */
+        if (c->parked && (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+            bad = 1;
+        if (!bad && (evs[i].events & EPOLLOUT)) bad = flush_out(s, c);
         if (!bad && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
             bad = on_readable(s, c);
         if (bad) conn_close(s, c);

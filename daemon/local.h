@@ -42,6 +42,22 @@ int local_fd(const struct local_srv *s);
 void local_poll(struct local_srv *s);
 /* Open connections. */
 uint32_t local_count(const struct local_srv *s);
+/* The uid of the process at the other end of conn (SO_PEERCRED). 0, or
+ * -1 if there is no such connection. */
+int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid);
+
+/* Inside the handler (core thread): answer this request later. Its
+ * response is then not sent, and the connection is not read from until
+ * local_reply_later (a client sends one request at a time anyway). NULL
+ * when no local request is being handled. */
+struct local_later;
+struct local_later *local_defer(struct local_srv *s);
+/* Send the deferred reply; rsp NULL sends nothing. Core thread; the
+ * handle dies with its connection, so drop it when the connection is
+ * reported removed (rsp NULL is then still allowed, from that report). */
+void local_reply_later(struct local_srv *s, struct local_later *h,
+                       const Kvtier__Response *rsp);
+
 /* Close every connection (each reported as removed), the listener, and
  * unlink the socket file. Accepts NULL. */
 void local_close(struct local_srv *s);

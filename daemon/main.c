@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "local.h"
@@ -227,8 +228,7 @@ static int open_tiers(struct kvtierd *d)
         log_error("index", "out of memory");
         return -1;
     }
-    snprintf(d->gpu, sizeof d->gpu, "unavailable: no GPU support loaded");
-    return 0;
+    return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
 static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
@@ -499,6 +499,7 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
+    kvc_close(d); /* workers first: they post to the server */
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);

@@ -235,6 +235,118 @@ typedef struct kvt_stats {
 
 kvt_err kvt_stats_get(kvt_client *c, kvt_stats *out);
 
+/* ------------------------------------------------- KV-cache transfers -- */
+
+/*
+ * An engine registers its paged KV cache with the daemon once, then only
+ * names blocks and keys: kvt_kv_save has the daemon gather blocks into
+ * chunks in its pool and commit them; kvt_kv_load has it scatter cached
+ * chunks into blocks. Both return at once with a transfer id while the
+ * daemon's worker threads copy; kvt_kv_poll and kvt_kv_wait collect the
+ * result, so an engine step never waits on kvtier unless it asks to.
+ *
+ * The cache is described by the kvt_layout_params of kvtier_layout.h
+ * (cuda/layout.h in the source tree): kind, shape, element size, and one
+ * address per tensor. Chunk i of a transfer covers blocks
+ * block_ids[i * bpc .. (i + 1) * bpc), bpc = chunk_tokens / block_size,
+ * and is stored in kvtier's canonical order, so a chunk saved through one
+ * layout loads through any other of the same shape (layers, K/V, heads,
+ * head size, element size) and chunk_tokens.
+ *
+ * Contract:
+ *  - A registration belongs to the connection that made it and ends with
+ *    kvt_kv_unregister or the connection (kvt_close, or the process
+ *    dying). The daemon keeps the engine's memory mapped until its last
+ *    transfer has finished, so the engine may free its tensors once
+ *    unregistered and every transfer collected.
+ *  - kvt_kv_save skips keys already cached. Until the transfer is done
+ *    its chunks are invisible; the engine must not overwrite the named
+ *    blocks before then.
+ *  - kvt_kv_load is all or nothing: every key must be cached when the
+ *    request arrives (KVT_ENOENT otherwise), block ids must be distinct,
+ *    and every chunk must have this registration's size (KVT_EINVAL): a
+ *    refused request writes nothing. The engine must not read the named
+ *    blocks until the transfer is done.
+ *  - Done transfers are reported once and then forgotten; a connection
+ *    may have at most 1024 transfers not yet reported (KVT_EBUSY).
+ *  - kvt_kv_wait holds the client's lock while it waits: a thread that
+ *    must not block while another waits uses a client of its own.
+ */
+typedef uint64_t kvt_kv_reg;
+typedef uint64_t kvt_xfer;
+struct kvt_layout_params; /* kvtier_layout.h */
+
+typedef struct kvt_kv_info {
+    uint64_t chunk_bytes;      /* one chunk in the pool */
+    uint32_t blocks_per_chunk; /* block ids per key in a transfer */
+    char shape[64];            /* "l32.kv2.h8.d128.e2": put it in the ns */
+} kvt_kv_info;
+
+/*
+ * Register KV tensors that live in a shared-memory file (CPU engines, and
+ * tests): the engine has path mapped MAP_SHARED at map_base, and
+ * p->bases[i] are the tensors' addresses in that mapping. The file must
+ * belong to the calling process's user; the connection must be local.
+ * info may be NULL.
+ */
+kvt_err kvt_kv_register_host(kvt_client *c, const char *ns,
+                             const struct kvt_layout_params *p,
+                             size_t chunk_tokens, const char *path,
+                             const void *map_base, kvt_kv_reg *reg,
+                             kvt_kv_info *info);
+/*
+ * Register KV tensors in GPU memory: ipc_handles holds p->n_bases
+ * cudaIpcMemHandle_t (64 bytes each, back to back), tensor i at
+ * offsets[i] into the allocation of handle i (p->bases is not read);
+ * device is the daemon's ordinal for the GPU. KVT_ENOTSUP where the daemon
+ * has no GPU (kvt_kv_stats_get says why).
+ */
+kvt_err kvt_kv_register_cuda(kvt_client *c, const char *ns,
+                             const struct kvt_layout_params *p,
+                             size_t chunk_tokens, int device,
+                             const void *ipc_handles, const uint64_t *offsets,
+                             kvt_kv_reg *reg, kvt_kv_info *info);
+kvt_err kvt_kv_unregister(kvt_client *c, kvt_kv_reg reg);
+
+/* Save blocks as keys[0..n_keys): n_block_ids == n_keys *
+ * blocks_per_chunk. parent (may be NULL) is the key before keys[0]. */
+kvt_err kvt_kv_save(kvt_client *c, const char *ns, kvt_kv_reg reg,
+                    const kvt_key *keys, size_t n_keys,
+                    const int32_t *block_ids, size_t n_block_ids,
+                    const kvt_key *parent, kvt_xfer *xfer);
+/* Load keys[0..n_keys) into blocks; all or nothing (see above). */
+kvt_err kvt_kv_load(kvt_client *c, const char *ns, kvt_kv_reg reg,
+                    const kvt_key *keys, size_t n_keys,
+                    const int32_t *block_ids, size_t n_block_ids,
+                    kvt_xfer *xfer);
+
+typedef struct kvt_xfer_status {
+    kvt_xfer xfer;
+    int done;
+    kvt_err err;        /* the transfer's result, once done */
+    uint32_t n_chunks;  /* chunks it moves */
+    uint32_t n_skipped; /* save: keys that were cached already */
+    char msg[160];      /* why, when err != KVT_OK */
+} kvt_xfer_status;
+
+/* The state of each of xfers[0..n) into st[0..n), without waiting. */
+kvt_err kvt_kv_poll(kvt_client *c, const kvt_xfer *xfers, size_t n,
+                    kvt_xfer_status *st);
+/* Wait until every one is done (KVT_OK: see each st[i].err) or timeout_ms
+ * passed (KVT_ETIMEDOUT: st[i].done says which finished); < 0: no limit. */
+kvt_err kvt_kv_wait(kvt_client *c, const kvt_xfer *xfers, size_t n,
+                    int timeout_ms, kvt_xfer_status *st);
+
+typedef struct kvt_kv_stats {
+    uint64_t registrations;  /* live, all clients */
+    uint64_t transfers;      /* not yet reported */
+    uint64_t saved_chunks, loaded_chunks, failed;
+    uint64_t hbm_bytes, hbm_used; /* HBM tier; 0: off */
+    char gpu[160];           /* "available: ..." or "unavailable: why" */
+} kvt_kv_stats;
+
+kvt_err kvt_kv_stats_get(kvt_client *c, kvt_kv_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

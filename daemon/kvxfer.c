@@ -1,0 +1,342 @@
+/*
+ * kvxfer.c -- the transfer workers: gather (SAVE) and scatter (LOAD)
+ * between an engine's KV cache and the DRAM pool, off the core thread.
+ *
+ * Design: KVC_WORKERS threads take whole transfers from one queue (mutex
+ * + condvar) and copy chunk by chunk, checking the transfer's cancel flag
+ * between chunks, so a closed connection stops its transfer within one
+ * chunk. The result goes back to the core thread through server_post;
+ * only the core touches the index, so only the core commits, frees or
+ * unpins (kvc_xfer_settle).
+ *
+ * A LOAD checks every chunk's checksum before it writes the first byte,
+ * so a chunk scribbled over in the shared pool is KVT_ECORRUPT with the
+ * engine's cache untouched. A SAVE records the checksum of what it
+ * gathered, as PUT_COMMIT would.
+ *
+ * The engine can shrink or truncate the file it registered at any time,
+ * and a copy from a mapped page past the end of a file raises SIGBUS.
+ * Workers copy under a guard: a SIGBUS while a worker is armed jumps back
+ * out of the copy and fails the transfer with KVT_EIO; anywhere else the
+ * signal keeps its default action. Copies therefore run on the worker's
+ * own thread (registrations set cpu_threads = 1).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvcache.h"
+#include "log.h"
+#include "server.h"
+
+/* ----------------------------------------------------------- SIGBUS guard */
+
+static __thread sigjmp_buf kvc_jb;
+static __thread volatile sig_atomic_t kvc_armed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+    (void)si, (void)uctx;
+    if (kvc_armed) {
+        kvc_armed = 0;
+        siglongjmp(kvc_jb, 1);
+    }
+    /* Not ours: returning re-runs the access, which now takes the default
+     * action, as if no handler had been installed. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigaction(sig, &sa, NULL);
+}
+
+void kvc_sigbus_install(void)
+{
+    static int installed;
+    if (installed) return;
+    installed = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) != 0)
+        log_warn("kvcache", "cannot install the SIGBUS guard");
+}
+
+/* --------------------------------------------------------------- copying */
+
+static kvt_err fail_msg(struct kvc_xfer *x, kvt_err e, const char *what)
+{
+    snprintf(x->msg, sizeof x->msg, "%s", what);
+    return e;
+}
+
+/* The fault hook's delay, in slices; 1 if the transfer is cancelled. */
+static int stop_here(const struct kvc *k, struct kvc_xfer *x)
+{
+    for (unsigned t = 0; t < k->fault_delay_ms && !atomic_load(&x->cancel); t += 5) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&x->cancel);
+}
+
+/* LOAD: every chunk intact before the first byte lands in the engine. */
+static kvt_err verify(struct kvc_xfer *x)
+{
+    const struct kvc_reg *g = x->reg;
+    for (uint32_t j = 0; j < x->n_move; j++)
+        if (kvt_checksum(x->chunk[j], g->chunk_bytes) != x->csum[j]) {
+            snprintf(x->msg, sizeof x->msg, "chunk %u failed its checksum in "
+                     "the pool: nothing loaded", j);
+            return KVT_ECORRUPT;
+        }
+    return KVT_OK;
+}
+
+static void checksums(struct kvc_xfer *x)
+{
+    for (uint32_t j = 0; j < x->n_move; j++)
+        x->csum[j] = kvt_checksum(x->chunk[j], x->reg->chunk_bytes);
+}
+
+static kvt_err copy_host(struct kvc *k, struct kvc_xfer *x)
+{
+    const struct kvc_reg *g = x->reg;
+    for (uint32_t j = 0; j < x->n_move; j++) {
+        if (stop_here(k, x)) return fail_msg(x, KVT_ECLOSED, "cancelled");
+        const int32_t *ids = x->ids + (size_t)j * g->bpc;
+        kvt_err e = x->kind == KVC_SAVE
+            ? kvt_gather_cpu(&g->lay, ids, g->bpc, x->chunk[j], g->chunk_bytes)
+            : kvt_scatter_cpu(&g->lay, ids, g->bpc, x->chunk[j], g->chunk_bytes);
+        if (e != KVT_OK) return fail_msg(x, e, "CPU gather/scatter refused the chunk");
+    }
+    if (x->kind == KVC_SAVE) checksums(x);
+    return KVT_OK;
+}
+
+static kvt_err wk_stream(struct kvc_wk *w, int dev, kvt_cuda_stream **s)
+{
+    if (dev < 0 || dev >= KVC_MAX_DEVICES) return KVT_EINVAL;
+    if (!w->stream[dev]) {
+        kvt_err e = kvt_gpu_stream_create(w->k->gpu, dev, &w->stream[dev]);
+        if (e != KVT_OK) return e;
+    }
+    *s = w->stream[dev];
+    return KVT_OK;
+}
+
+/* One launch for the whole transfer, then a sync on the worker's stream. */
+static kvt_err copy_cuda(struct kvc_wk *w, struct kvc_xfer *x)
+{
+    struct kvc *k = w->k;
+    const struct kvc_reg *g = x->reg;
+    kvt_cuda_stream *s;
+    if (stop_here(k, x)) return fail_msg(x, KVT_ECLOSED, "cancelled");
+    kvt_err e = wk_stream(w, g->device, &s);
+    size_t nb = (size_t)x->n_move * g->bpc;
+    if (e == KVT_OK)
+        e = x->kind == KVC_SAVE
+            ? kvt_gpu_gather(k->gpu, &g->lay, x->ids, nb, g->bpc, x->chunk,
+                             g->chunk_bytes, s)
+            : kvt_gpu_scatter(k->gpu, &g->lay, x->ids, nb, g->bpc,
+                              (const void *const *)x->chunk, g->chunk_bytes, s);
+    if (e == KVT_OK) e = kvt_gpu_sync(k->gpu, s);
+    if (e != KVT_OK) {
+        snprintf(x->msg, sizeof x->msg, "CUDA %s failed: %s",
+                 x->kind == KVC_SAVE ? "gather" : "scatter",
+                 kvt_gpu_last_error(k->gpu));
+        return e;
+    }
+    if (x->kind == KVC_SAVE) checksums(x);
+    return KVT_OK;
+}
+
+static kvt_err run_job(struct kvc_wk *w, struct kvc_xfer *x)
+{
+    if (atomic_load(&x->cancel)) return fail_msg(x, KVT_ECLOSED, "cancelled");
+    if (x->kind == KVC_LOAD) {
+        kvt_err e = verify(x);
+        if (e != KVT_OK) return e;
+    }
+    return x->reg->mem == KVC_MEM_CUDA ? copy_cuda(w, x) : copy_host(w->k, x);
+}
+
+/* 1 if a SIGBUS cut the job short; else *out is its result. */
+static int run_guarded(struct kvc_wk *w, struct kvc_xfer *x, kvt_err *out)
+{
+    if (sigsetjmp(kvc_jb, 1) != 0) return 1;
+    kvc_armed = 1;
+    *out = run_job(w, x);
+    kvc_armed = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------- core: settling */
+
+/* Parent slot of chunk i, if it still names the chunk it named. */
+static uint32_t live_parent(struct kvtierd *d, const struct kvc_xfer *x,
+                            uint32_t i)
+{
+    uint32_t p = x->parent[i];
+    if (p == IDX_NONE) return IDX_NONE;
+    const struct idx_entry *e = idx_at(&d->idx, p);
+    if (e->gen != x->pgen[i] || (e->state != IDX_READY && e->state != IDX_PENDING))
+        return IDX_NONE;
+    return p;
+}
+
+static void save_settle(struct kvtierd *d, struct kvc_xfer *x, int commit)
+{
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < x->n; i++) {
+        uint32_t s = x->slot[i];
+        if (s == IDX_NONE) continue;
+        if (commit) store_commit(d, s, x->csum[j], live_parent(d, x, i));
+        else store_free(d, s);
+        j++;
+    }
+    if (commit) store_watermark(d);
+}
+
+static void load_settle(struct kvtierd *d, struct kvc_xfer *x, int ok)
+{
+    for (uint32_t i = 0; i < x->n; i++) {
+        uint32_t s = x->slot[i];
+        if (s == IDX_NONE) continue;
+        if (idx_unpin(&d->idx, s) == 0 && idx_at(&d->idx, s)->state == IDX_DOOMED)
+            store_free(d, s);
+    }
+    if (ok) d->st.bytes_out += (uint64_t)x->n * x->reg->chunk_bytes;
+}
+
+void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err)
+{
+    if (x->state == KVC_DONE) return;
+    x->state = KVC_DONE;
+    x->err = err;
+    if (err != KVT_OK && !x->msg[0])
+        snprintf(x->msg, sizeof x->msg, "%s", kvt_strerror(err));
+    if (x->kind == KVC_SAVE) save_settle(k->d, x, err == KVT_OK);
+    else load_settle(k->d, x, err == KVT_OK);
+    kvc_reg_unref(k, x->reg);
+    x->reg = NULL;
+}
+
+/* Core thread, through server_post: a worker finished x. */
+static void xfer_done(void *arg)
+{
+    struct kvc_xfer *x = arg;
+    struct kvc *k = x->k;
+    uint32_t n = x->n_move;
+    kvt_err e = x->orphan ? KVT_ECLOSED : x->err;
+    kvc_xfer_settle(k, x, e);
+    if (e == KVT_OK) *(x->kind == KVC_SAVE ? &k->st.saved : &k->st.loaded) += n;
+    else k->st.failed++;
+    if (e != KVT_OK)
+        log_debug("kvcache", "transfer %llu: %s: %s", (unsigned long long)x->id,
+                  kvt_strerror(e), x->msg);
+    if (x->orphan) {
+        kvc_xfer_free(k, x);
+        return;
+    }
+    kvc_wait_notify(k, x->pipe);
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static struct kvc_xfer *pop(struct kvc_pool *p)
+{
+    pthread_mutex_lock(&p->mtx);
+    while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mtx);
+    struct kvc_xfer *x = p->stop ? NULL : p->head;
+    if (x) {
+        if (!(p->head = x->qnext)) p->tail = NULL;
+        x->queued = 0;
+    }
+    pthread_mutex_unlock(&p->mtx);
+    return x;
+}
+
+static void *worker_main(void *arg)
+{
+    struct kvc_wk *w = arg;
+    struct kvc *k = w->k;
+    struct kvc_xfer *x;
+    while ((x = pop(&k->pool))) {
+        kvt_err e = KVT_OK;
+        if (run_guarded(w, x, &e)) {
+            kvc_armed = 0;
+            e = fail_msg(x, KVT_EIO, "the engine's memory went away during the "
+                         "copy (SIGBUS: was its file truncated?)");
+        }
+        x->err = e;
+        server_post(k->d->srv, xfer_done, x);
+    }
+    for (int dev = 0; dev < KVC_MAX_DEVICES; dev++)
+        if (w->stream[dev]) kvt_gpu_stream_destroy(k->gpu, w->stream[dev]);
+    return NULL;
+}
+
+int kvc_pool_start(struct kvc *k)
+{
+    struct kvc_pool *p = &k->pool;
+    pthread_mutex_init(&p->mtx, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->inited = 1;
+    for (int i = 0; i < KVC_WORKERS; i++) {
+        p->wk[i].k = k;
+        if (pthread_create(&p->th[i], NULL, worker_main, &p->wk[i]) != 0) return -1;
+        p->n_th = i + 1;
+    }
+    return 0;
+}
+
+void kvc_pool_stop(struct kvc *k)
+{
+    struct kvc_pool *p = &k->pool;
+    if (!p->inited) return;
+    pthread_mutex_lock(&p->mtx);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mtx);
+    for (int i = 0; i < p->n_th; i++) pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mtx);
+    p->inited = 0;
+}
+
+void kvc_pool_push(struct kvc *k, struct kvc_xfer *x)
+{
+    struct kvc_pool *p = &k->pool;
+    pthread_mutex_lock(&p->mtx);
+    x->qnext = NULL;
+    x->queued = 1;
+    if (p->tail) p->tail->qnext = x;
+    else p->head = x;
+    p->tail = x;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mtx);
+}
+
+int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x)
+{
+    struct kvc_pool *p = &k->pool;
+    int taken = 0;
+    pthread_mutex_lock(&p->mtx);
+    if (x->queued) {
+        struct kvc_xfer **pp = &p->head, *prev = NULL;
+        while (*pp != x) {
+            prev = *pp;
+            pp = &(*pp)->qnext;
+        }
+        *pp = x->qnext;
+        if (p->tail == x) p->tail = prev;
+        x->queued = 0;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&p->mtx);
+    return taken;
+}
