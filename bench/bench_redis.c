@@ -156,9 +156,6 @@ static void measure(struct rd *d, double target)
 {
     double k[ROUNDS], r[ROUNDS];
     char name[32];
-    /* An emptied pool per size: a pool fragmented by smaller chunks makes
-     * a big put fail with KVT_ENOSPC instead of evicting (BENCHMARKS.md). */
-    BENCH_KVT(d->c, kvt_clear(d->c, NS, NULL));
     check_bytes(d, 0);
     check_bytes(d, 1);
     for (int i = 0; i < 2; i++) {

@@ -10,7 +10,7 @@
  * eviction makes room, so the pool space each put gets cycles through the
  * whole pool. Before timing, the pool is written through once, so the
  * timed loop takes no first-touch page faults (the baseline's buffers are
- * warm too), and each size starts from an emptied pool (kvt_clear). The
+ * warm too); a new size evicts what the last one left, fragments and all. The
  * two are timed in alternating rounds and the medians compared; a second
  * line splits the kvtier time into its requests and its two copies. The
  * bytes are checked once outside the timed loops.
@@ -98,10 +98,6 @@ static void measure(struct rt *r)
 {
     double k[ROUNDS], m[ROUNDS];
     char name[32];
-    /* Start each size from an empty pool: a pool fragmented by smaller
-     * chunks makes a big put fail with KVT_ENOSPC instead of evicting
-     * (store.c evicts by total free bytes; see BENCHMARKS.md). */
-    BENCH_KVT(r->c, kvt_clear(r->c, NS, NULL));
     check_bytes(r);
     for (int i = 0; i < 3; i++) { /* warm caches and branch predictors */
         kvt_round_trip(r);
@@ -179,7 +175,6 @@ static void measure_batch(struct rt *r)
 {
     double k[ROUNDS], m[ROUNDS];
     char name[32];
-    BENCH_KVT(r->c, kvt_clear(r->c, NS, NULL));
     bench_fill(r->src, BATCH * r->size, 0xBA7C4 + r->size);
     kvt_batch(r);
     if (memcmp(r->src, r->dst, BATCH * r->size) != 0)
