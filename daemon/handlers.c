@@ -360,9 +360,10 @@ static void do_put_commit(struct req *r, const Kvtier__PutCommit *q)
     set_count(r, commit_lease(r->d, l, q->checksums));
 }
 
-static void do_put_abort(struct req *r, const Kvtier__LeaseReq *q)
+/* PUT_ABORT and RELEASE: drop one of this client's leases of that kind. */
+static void do_drop_lease(struct req *r, const Kvtier__LeaseReq *q, uint8_t kind)
 {
-    struct lease *l = own_lease(r, q->lease, LEASE_WRITE);
+    struct lease *l = own_lease(r, q->lease, kind);
     if (!l) return;
     uint64_t n = l->n;
     lease_drop(r->d, l);
@@ -478,15 +479,6 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     }
     r->rsp->body_case = KVTIER__RESPONSE__BODY_GET;
     r->rsp->get = g;
-}
-
-static void do_release(struct req *r, const Kvtier__LeaseReq *q)
-{
-    struct lease *l = own_lease(r, q->lease, LEASE_READ);
-    if (!l) return;
-    uint64_t n = l->n;
-    lease_drop(r->d, l);
-    set_count(r, n);
 }
 
 /* ---------------------------------------------------- delete, clear, evict */
@@ -633,10 +625,10 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_LOOKUP: do_lookup(r, q->lookup); break;
     case KVTIER__REQUEST__BODY_PUT_BEGIN: do_put_begin(r, q->put_begin); break;
     case KVTIER__REQUEST__BODY_PUT_COMMIT: do_put_commit(r, q->put_commit); break;
-    case KVTIER__REQUEST__BODY_PUT_ABORT: do_put_abort(r, q->put_abort); break;
+    case KVTIER__REQUEST__BODY_PUT_ABORT: do_drop_lease(r, q->put_abort, LEASE_WRITE); break;
     case KVTIER__REQUEST__BODY_PUT: do_put(r, q->put); break;
     case KVTIER__REQUEST__BODY_GET: do_get(r, q->get); break;
-    case KVTIER__REQUEST__BODY_RELEASE: do_release(r, q->release); break;
+    case KVTIER__REQUEST__BODY_RELEASE: do_drop_lease(r, q->release, LEASE_READ); break;
     case KVTIER__REQUEST__BODY_DELETE: do_delete(r, q->delete_); break;
     case KVTIER__REQUEST__BODY_CLEAR: do_clear(r, q->clear); break;
     case KVTIER__REQUEST__BODY_STATS: do_stats(r); break;
