@@ -108,23 +108,29 @@ static int need_ns(const struct opts *o)
 static int do_status(kvt_client *c, const struct opts *o)
 {
     kvt_stats s;
+    kvt_kv_stats kv;
     kvt_err e = kvt_stats_get(c, &s);
+    if (!e) e = kvt_kv_stats_get(c, &kv);
     if (e) return fail_op(c, e);
     if (o->json) {
         printf("{\"up\":true,\"uptime_ms\":%llu,\"pool_bytes\":%llu,\"used_bytes\":%llu,"
-               "\"chunks\":%llu,\"clients\":%llu,\"zero_copy\":%s,\"gpu\":",
+               "\"chunks\":%llu,\"clients\":%llu,\"kv_registrations\":%llu,"
+               "\"zero_copy\":%s,\"gpu\":",
                (unsigned long long)s.uptime_ms, (unsigned long long)s.pool_bytes,
                (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
-               (unsigned long long)s.clients, kvt_zero_copy(c) ? "true" : "false");
-        json_str(kvtc_gpu(c));
+               (unsigned long long)s.clients, (unsigned long long)kv.registrations,
+               kvt_zero_copy(c) ? "true" : "false");
+        json_str(kv.gpu);
         printf("}\n");
         return 0;
     }
-    printf("kvtierd up %.1f s; pool %.1f/%.1f MiB used; %llu chunks; %llu clients\n"
+    printf("kvtierd up %.1f s; pool %.1f/%.1f MiB used; %llu chunks; %llu clients; "
+           "%llu KV-cache registrations\n"
            "zero-copy: %s; gpu: %s\n", (double)s.uptime_ms / 1000.0,
            (double)s.used_bytes / 1048576.0, (double)s.pool_bytes / 1048576.0,
            (unsigned long long)s.chunks, (unsigned long long)s.clients,
-           kvt_zero_copy(c) ? "yes" : "no", kvtc_gpu(c));
+           (unsigned long long)kv.registrations, kvt_zero_copy(c) ? "yes" : "no",
+           kv.gpu);
     return 0;
 }
 
@@ -155,8 +161,13 @@ static void stats_json(const Kvtier__StatsResp *s)
            U(s->evictions), U(s->bytes_in), U(s->bytes_out), s->fragmentation,
            U(s->index_bytes), U(s->errors), U(s->expired_leases));
     json_str(s->gpu);
-    printf(",\"tiers\":{\"dram\":{\"capacity\":%llu,\"used\":%llu}},\"ns\":[",
-           U(s->pool_bytes), U(s->used_bytes));
+    printf(",\"kv_registrations\":%llu,\"kv_transfers\":%llu,\"kv_saved_chunks\":%llu,"
+           "\"kv_loaded_chunks\":%llu,\"kv_failed\":%llu", U(s->kv_registrations),
+           U(s->kv_transfers), U(s->kv_saved_chunks), U(s->kv_loaded_chunks),
+           U(s->kv_failed));
+    printf(",\"tiers\":{\"hbm\":{\"capacity\":%llu,\"used\":%llu},"
+           "\"dram\":{\"capacity\":%llu,\"used\":%llu}},\"ns\":[",
+           U(s->hbm_bytes), U(s->hbm_used), U(s->pool_bytes), U(s->used_bytes));
     for (size_t i = 0; i < s->n_ns; i++) {
         printf("%s{\"ns\":", i ? "," : "");
         json_str(s->ns[i]->ns);
@@ -186,6 +197,12 @@ static void stats_text(const Kvtier__StatsResp *s)
            U(s->clients), U(s->leases), U(s->expired_leases));
     printf("index          %llu bytes; errors %llu; gpu: %s\n", U(s->index_bytes),
            U(s->errors), s->gpu);
+    printf("kv cache       %llu registrations, %llu transfers open; %llu chunks saved, "
+           "%llu loaded, %llu transfers failed\n", U(s->kv_registrations),
+           U(s->kv_transfers), U(s->kv_saved_chunks), U(s->kv_loaded_chunks),
+           U(s->kv_failed));
+    if (s->hbm_bytes)
+        printf("hbm            %llu / %llu bytes\n", U(s->hbm_used), U(s->hbm_bytes));
     for (size_t i = 0; i < s->n_ns; i++)
         printf("  ns %-40s %8llu chunks %12llu bytes %llu/%llu hit/miss\n",
                s->ns[i]->ns, U(s->ns[i]->chunks), U(s->ns[i]->bytes),
