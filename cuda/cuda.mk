@@ -11,6 +11,11 @@
 #   tests/unit/test_cuda_emu  the kernel's own code on an emulated grid
 #                          against the CPU reference; needs nvcc, not a GPU,
 #                          so `make test` runs it everywhere nvcc exists
+#   lib/libkvtier_fakecuda.so  the same ops table done on the CPU
+#                          (tests/fake_cuda/fake_cuda.c): tests load it with
+#                          KVT_CUDA_LIB to drive kvtierd's GPU paths without a
+#                          GPU. Plain C, built for test-bin in every build
+#                          (without sanitizers: it is dlopened)
 #
 # nvcc is optional: NVCC from the environment, else nvcc on PATH, else
 # /usr/local/cuda/bin/nvcc; with none, one line says so and the library is
@@ -36,6 +41,16 @@ GPU_CHECK_SRC := cuda/test/gpu_check.c cuda/layout.c cuda/gather_cpu.c cuda/gpu.
 GPU_CHECK_HDR := cuda/test/fixture.h cuda/gpu.h $(CUDA_HDRS)
 
 .PHONY: cuda-all
+
+KVT_FAKE_CUDA := $(BUILD)/lib/libkvtier_fakecuda.so
+test-bin: $(KVT_FAKE_CUDA)
+
+$(KVT_FAKE_CUDA): tests/fake_cuda/fake_cuda.c cuda/gather_cpu.c cuda/layout.c \
+                  $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fPIC -shared \
+	    -fvisibility=hidden -Iclient/include -Icuda tests/fake_cuda/fake_cuda.c \
+	    cuda/gather_cpu.c cuda/layout.c -o $@ -lpthread
 
 ifneq ($(SAN),1)
 all: $(KVT_GPU_CHECK)

@@ -38,6 +38,7 @@ static void fill_status(Kvtier__KvStatus *st, const struct kvc_xfer *x,
     kvtier__kv_status__init(st);
     st->xfer = id;
     st->msg = msg;
+    msg[0] = '\0';
     if (!x) { /* reported to an earlier wait */
         st->done = 1;
         st->err = KVT_ENOENT;

@@ -601,6 +601,20 @@ static void test_engine_file_truncated(void **state)
     kvt_close(c);
 }
 
+/* hbm_bytes > 0 where GPU transfers are unavailable: no start. */
+static void test_hbm_needs_gpu(void **state)
+{
+    (void)state;
+    struct tdaemon d = {0};
+    assert_int_equal(td_init(&d), 0);
+    const char *extra[] = {"--hbm-bytes", "1G", NULL};
+    unsetenv("KVT_CUDA_LIB");
+    pid_t pid = td_spawn(&d, extra);
+    assert_int_equal(td_wait_exit(pid, 20000), 1);
+    assert_true(td_log_has(&d, "set hbm_bytes = 0 to run without it"));
+    td_cleanup(&d);
+}
+
 /* Namespaces are interned at registration; the table is finite. */
 static void test_namespace_limit(void **state)
 {
@@ -644,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_save_enospc),
         cmocka_unit_test(test_load_corrupt_chunk),
         cmocka_unit_test(test_engine_file_truncated),
+        cmocka_unit_test(test_hbm_needs_gpu),
         cmocka_unit_test(test_namespace_limit), /* last: fills the table */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

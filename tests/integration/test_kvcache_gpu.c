@@ -1,0 +1,343 @@
+/*
+ * test_kvcache_gpu.c -- kvtierd's GPU paths on a machine without a GPU:
+ * the daemon loads libkvtier_fakecuda.so (tests/fake_cuda) through
+ * KVT_CUDA_LIB, which does every CUDA entry on the CPU and takes a shared-
+ * memory file's path as its "IPC handle". So this runs, in `make test`,
+ * the code that a real GPU runs through libkvtier_cuda.so: registrations
+ * by IPC handle (one handle shared by several tensors, opened once),
+ * SAVE/LOAD through kvt_gpu_gather/scatter on the workers' streams, the
+ * DRAM pool registered at start, the HBM tier's start-up, and each CUDA
+ * failure as the error of the request or transfer it belongs to. What it
+ * cannot show is the CUDA library itself: scripts/gpu-check.sh does that
+ * on a GPU.
+ */
+#include <libgen.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client_internal.h"
+#include "daemon.h"
+#include "kvengine.h"
+#include "kvtier.h"
+
+static struct tdaemon D;
+static char fake_lib[512], fail_file[320];
+
+#define CT 8
+#define NK 3
+
+/* build/lib/libkvtier_fakecuda.so beside $KVTIERD's build/bin. */
+static int find_fake(void)
+{
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s", getenv("KVTIERD") ? getenv("KVTIERD")
+                                                       : "build/bin/kvtierd");
+    snprintf(fake_lib, sizeof fake_lib, "%s/../lib/libkvtier_fakecuda.so",
+             dirname(bin));
+    return access(fake_lib, R_OK) == 0;
+}
+
+/* Start a daemon on the fake library with these faults fixed. */
+static int start_fake(struct tdaemon *d, const char *faults,
+                      const char *const *extra)
+{
+    setenv("KVT_CUDA_LIB", fake_lib, 1);
+    if (faults) setenv("KVT_FAKE_CUDA_FAIL", faults, 1);
+    else setenv("KVT_FAKE_CUDA_FAIL_FILE", fail_file, 1);
+    int rc = td_start(d, extra);
+    unsetenv("KVT_CUDA_LIB");
+    unsetenv("KVT_FAKE_CUDA_FAIL");
+    unsetenv("KVT_FAKE_CUDA_FAIL_FILE");
+    return rc;
+}
+
+/* Faults of the shared daemon, from now on. */
+static void faults(const char *list)
+{
+    FILE *f = fopen(fail_file, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", list);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!find_fake()) {
+        fprintf(stderr, "skipped: %s not built\n", fake_lib);
+        exit(77);
+    }
+    if (td_init(&D) != 0) return -1;
+    snprintf(fail_file, sizeof fail_file, "%s/faults", D.dir);
+    const char *extra[] = {"--hbm-bytes", "8M", NULL};
+    return start_fake(&D, NULL, extra);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = td_stop(&D);
+    td_cleanup(&D);
+    return rc;
+}
+
+static fx_shape shape(void)
+{
+    return (fx_shape){.layers = 3, .blocks = 24, .block_size = 4, .heads = 2,
+                      .head_size = 16, .elem_size = 2};
+}
+
+/* "IPC handles" of e's tensors (all in its one file) and their offsets. */
+static void handles_of(const struct kve *e, uint8_t *h, uint64_t *off)
+{
+    for (size_t i = 0; i < e->f.n_tensors; i++) {
+        memset(h + i * 64, 0, 64);
+        memcpy(h + i * 64, e->path, strlen(e->path));
+        off[i] = e->f.bases[i] - (uint64_t)(uintptr_t)e->map;
+    }
+}
+
+static kvt_err reg_gpu(kvt_client *c, const struct kve *e, const char *ns,
+                       int device, kvt_kv_reg *reg)
+{
+    static uint8_t h[KVT_LAYOUT_MAX_LAYERS * 2 * 64];
+    uint64_t off[KVT_LAYOUT_MAX_LAYERS * 2];
+    handles_of(e, h, off);
+    return kvt_kv_register_cuda(c, ns, &e->f.p, CT, device, h, off, reg, NULL);
+}
+
+static kvt_xfer_status xfer(kvt_client *c, int save, const char *ns,
+                            kvt_kv_reg reg, const kvt_key *k, const int32_t *ids)
+{
+    kvt_xfer x;
+    kvt_xfer_status st;
+    uint32_t bpc = CT / shape().block_size;
+    assert_int_equal(save ? kvt_kv_save(c, ns, reg, k, NK, ids, NK * bpc, NULL, &x)
+                          : kvt_kv_load(c, ns, reg, k, NK, ids, NK * bpc, &x),
+                     KVT_OK);
+    assert_int_equal(kve_wait1(c, x, &st), KVT_OK);
+    return st;
+}
+
+static void test_gpu_available(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    kvt_kv_stats s;
+    assert_int_equal(kvt_kv_stats_get(c, &s), KVT_OK);
+    assert_string_equal(s.gpu, "available: 1 device(s)");
+    assert_int_equal(s.hbm_bytes, 8u << 20);
+    assert_int_equal(s.hbm_used, 0);
+    kvt_close(c);
+}
+
+/* Save through the GPU path from one kind, load through it into another
+ * and through the host path into a third: bit for bit. */
+static void roundtrip(kvt_client *c, kvt_layout_kind ka, kvt_layout_kind kb,
+                      uint64_t seed)
+{
+    fx_shape s = shape();
+    struct kve a, b;
+    char ns[64];
+    kvt_key k[NK];
+    int32_t perm[24];
+    uint64_t rng = seed;
+    uint32_t bpc = CT / s.block_size;
+    snprintf(ns, sizeof ns, "gpu/%s", kvt_layout_kind_name(ka));
+    assert_int_equal(kve_open(&a, ka, &s, seed), 0);
+    assert_int_equal(kve_open(&b, kb, &s, seed + 1), 0);
+    kvt_kv_reg ra, rb, rh;
+    assert_int_equal(reg_gpu(c, &a, ns, 0, &ra), KVT_OK);
+    assert_int_equal(reg_gpu(c, &b, ns, 0, &rb), KVT_OK);
+    assert_int_equal(kve_register(c, &b, ns, CT, &rh, NULL), KVT_OK);
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(seed * 10 + i);
+    kve_perm(&rng, perm, s.blocks);
+    assert_int_equal(xfer(c, 1, ns, ra, k, perm).err, KVT_OK);
+    kvt_chunk ch[NK];
+    kvt_lease l;
+    size_t got;
+    assert_int_equal(kvt_get(c, ns, k, NK, &l, ch, &got), KVT_OK);
+    for (size_t i = 0; i < NK; i++) {
+        assert_true(fx_chunk_matches(&a.f, perm + i * bpc, bpc, ch[i].data));
+        assert_int_equal(kvt_checksum(ch[i].data, ch[i].size), ch[i].checksum);
+    }
+    assert_int_equal(xfer(c, 0, ns, rb, k, perm + NK * bpc).err, KVT_OK);
+    for (size_t i = 0; i < NK; i++)
+        assert_true(fx_chunk_matches(&b.f, perm + (NK + i) * bpc, bpc, ch[i].data));
+    assert_int_equal(xfer(c, 0, ns, rh, k, perm + 2 * NK * bpc).err, KVT_OK);
+    for (size_t i = 0; i < NK; i++)
+        assert_true(fx_chunk_matches(&b.f, perm + (2 * NK + i) * bpc, bpc,
+                                     ch[i].data));
+    kvt_release(c, l);
+    kve_close(&a);
+    kve_close(&b);
+}
+
+static void test_gpu_roundtrip(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    roundtrip(c, KVT_LAYOUT_VLLM_FLASH_NHD, KVT_LAYOUT_FLASHINFER_HND, 1);
+    roundtrip(c, KVT_LAYOUT_VLLM_CROSS_HND, KVT_LAYOUT_SGLANG_MHA, 3);
+    roundtrip(c, KVT_LAYOUT_CUSTOM, KVT_LAYOUT_VLLM_FLASH_HND, 5);
+    roundtrip(c, KVT_LAYOUT_MLA, KVT_LAYOUT_MLA, 7);
+    kvt_close(c); /* closing drops the registrations and IPC mappings */
+    c = td_connect(&D);
+    kvt_kv_stats s;
+    long long t0 = td_now_ms();
+    do assert_int_equal(kvt_kv_stats_get(c, &s), KVT_OK);
+    while (s.registrations && td_now_ms() - t0 < 3000);
+    assert_int_equal(s.registrations, 0);
+    kvt_close(c);
+}
+
+/* Registrations refused by CUDA, or by what it reports. */
+static void test_gpu_register_errors(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    struct kve e;
+    fx_shape s = shape();
+    kvt_kv_reg reg;
+    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 9), 0);
+    assert_int_equal(reg_gpu(c, &e, "gpu/err", 1, &reg), KVT_EINVAL); /* 1 device */
+    assert_int_equal(reg_gpu(c, &e, "gpu/err", -1, &reg), KVT_EINVAL);
+    faults("check_layout");
+    assert_int_equal(reg_gpu(c, &e, "gpu/err", 0, &reg), KVT_EINVAL);
+    assert_non_null(strstr(kvt_last_error(c), "not reachable"));
+    faults("ipc_open");
+    assert_int_equal(reg_gpu(c, &e, "gpu/err", 0, &reg), KVT_EIO);
+    faults("");
+    /* A handle of the wrong size. */
+    uint8_t h[3 * 64] = {0};
+    ProtobufCBinaryData hs[3] = {{64, h}, {10, h}, {64, h}};
+    uint64_t off[3] = {0, 0, 0};
+    Kvtier__KvLayout l = KVTIER__KV_LAYOUT__INIT;
+    l.kind = KVT_LAYOUT_VLLM_FLASH_NHD, l.num_layers = 3, l.num_blocks = 24;
+    l.block_size = 4, l.num_kv_heads = 2, l.head_size = 16, l.elem_size = 2;
+    memcpy(h, e.path, strlen(e.path));
+    Kvtier__KvMemory m = KVTIER__KV_MEMORY__INIT;
+    m.ipc_handles = hs, m.n_ipc_handles = 3, m.offsets = off, m.n_offsets = 3;
+    Kvtier__RegisterKvCache rk = KVTIER__REGISTER_KV_CACHE__INIT;
+    rk.ns = "gpu/err", rk.layout = &l, rk.memory = &m, rk.chunk_tokens = CT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_REGISTER_KV_CACHE;
+    q.register_kv_cache = &rk;
+    Kvtier__Response *r = NULL;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_EINVAL);
+    kvt_kv_stats st;
+    assert_int_equal(kvt_kv_stats_get(c, &st), KVT_OK);
+    assert_int_equal(st.registrations, 0);
+    kve_close(&e);
+    kvt_close(c);
+}
+
+/* A CUDA failure inside a transfer is that transfer's error. */
+static void test_gpu_transfer_errors(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    struct kve e;
+    fx_shape s = shape();
+    kvt_kv_reg reg;
+    kvt_key k[NK];
+    int32_t ids[NK * 2];
+    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 11), 0);
+    assert_int_equal(reg_gpu(c, &e, "gpu/xerr", 0, &reg), KVT_OK);
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(1100 + i);
+    for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)i;
+    static const char *const save_faults[] = {"gather", "sync"};
+    for (size_t i = 0; i < 2; i++) {
+        faults(save_faults[i]);
+        kvt_xfer_status st = xfer(c, 1, "gpu/xerr", reg, k, ids);
+        assert_int_not_equal(st.err, KVT_OK);
+        assert_non_null(strstr(st.msg, "CUDA gather failed"));
+        size_t present;
+        assert_int_equal(kvt_lookup(c, "gpu/xerr", k, NK, &present, NULL), KVT_OK);
+        assert_int_equal(present, 0);
+    }
+    faults("");
+    assert_int_equal(xfer(c, 1, "gpu/xerr", reg, k, ids).err, KVT_OK);
+    faults("scatter");
+    uint64_t sum = kve_sum(&e);
+    kvt_xfer_status st = xfer(c, 0, "gpu/xerr", reg, k, ids + 0);
+    assert_int_equal(st.err, KVT_EIO);
+    assert_non_null(strstr(st.msg, "CUDA scatter failed"));
+    assert_int_equal(kve_sum(&e), sum);
+    faults("");
+    kve_close(&e);
+    kvt_close(c);
+}
+
+/* A worker that cannot make its CUDA stream fails the transfer it has. */
+static void test_gpu_no_stream(void **state)
+{
+    (void)state;
+    struct tdaemon d = {0};
+    assert_int_equal(start_fake(&d, "stream_create", NULL), 0);
+    kvt_client *c = td_connect(&d);
+    struct kve e;
+    fx_shape s = shape();
+    kvt_kv_reg reg;
+    kvt_key k[NK];
+    int32_t ids[NK * 2];
+    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 13), 0);
+    assert_int_equal(reg_gpu(c, &e, "gpu/stream", 0, &reg), KVT_OK);
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(1300 + i);
+    for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)i;
+    kvt_xfer_status st = xfer(c, 1, "gpu/stream", reg, k, ids);
+    assert_int_equal(st.err, KVT_EIO);
+    assert_non_null(strstr(st.msg, "stream_create failed"));
+    kve_close(&e);
+    kvt_close(c);
+    assert_int_equal(td_stop(&d), 0);
+    td_cleanup(&d);
+}
+
+/* Start-up: a pool CUDA will not register leaves GPU transfers off; an
+ * HBM tier that cannot get its memory stops the daemon. */
+static void test_gpu_startup_faults(void **state)
+{
+    (void)state;
+    struct tdaemon d = {0};
+    assert_int_equal(start_fake(&d, "host_register", NULL), 0);
+    kvt_client *c = td_connect(&d);
+    kvt_kv_stats s;
+    assert_int_equal(kvt_kv_stats_get(c, &s), KVT_OK);
+    assert_non_null(strstr(s.gpu, "unavailable: cannot register the DRAM pool"));
+    kvt_close(c);
+    assert_int_equal(td_stop(&d), 0);
+    td_cleanup(&d);
+    struct tdaemon h = {0};
+    assert_int_equal(td_init(&h), 0);
+    const char *extra[] = {"--hbm-bytes", "8M", NULL};
+    setenv("KVT_CUDA_LIB", fake_lib, 1);
+    setenv("KVT_FAKE_CUDA_FAIL", "dev_alloc", 1);
+    pid_t pid = td_spawn(&h, extra);
+    unsetenv("KVT_CUDA_LIB");
+    unsetenv("KVT_FAKE_CUDA_FAIL");
+    assert_int_equal(td_wait_exit(pid, 20000), 1);
+    assert_true(td_log_has(&h, "hbm: cannot set up"));
+    td_cleanup(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_available),
+        cmocka_unit_test(test_gpu_roundtrip),
+        cmocka_unit_test(test_gpu_register_errors),
+        cmocka_unit_test(test_gpu_transfer_errors),
+        cmocka_unit_test(test_gpu_no_stream),
+        cmocka_unit_test(test_gpu_startup_faults),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
