@@ -153,7 +153,8 @@ struct kvc {
     uint64_t n_xfers;
     uint64_t next_id, stamp;
     struct kvc_waiter *waiters;
-    uint32_t n_waiters, max_waiters;
+    uint32_t n_waiters;
+    uint32_t max_waiters; /* parked on nng: half the server's contexts */
     nng_aio *timer;       /* fires at the earliest waiter deadline */
     uint64_t timer_due;   /* 0: not armed */
     struct kvc_pool pool;
@@ -212,7 +213,7 @@ int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x);
 /* Core thread: settle a transfer's chunks (commit, free or unpin) and
  * drop its registration reference. err is the result to record. */
 void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err);
-/* Install the SIGBUS guard workers copy under (once per process). */
+/* Install the SIGBUS guard workers copy under (again: harmless). */
 void kvc_sigbus_install(void);
 
 /* kvwait.c: parked KvWait requests. */

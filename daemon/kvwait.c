@@ -8,8 +8,9 @@
  * each one settles), when its deadline passes, or -- with nothing sent --
  * when its connection closes. A parked wait on nng holds one of the
  * server's contexts, so at most half as many waits as contexts may be
- * parked; a wait past that limit is answered at once, like a poll (the
- * client library then polls). One nng timer (nng_sleep_aio) is armed for
+ * parked there; a wait past that limit is answered at once, like a poll
+ * (the client library then polls). The fast channel parks without limit:
+ * a parked connection only stops being read. One nng timer (nng_sleep_aio) is armed for
  * the earliest deadline; its callback posts to the core thread, which
  * answers what is due and arms the next. A done transfer is reported
  * once: the answer forgets it.
@@ -233,11 +234,20 @@ static kvt_err check_wait(struct req *r, struct kvc *k, uint32_t pipe,
     return KVT_OK;
 }
 
+/* Waits parked on nng, each holding one of the server's contexts. */
+static uint32_t nng_parked(const struct kvc *k)
+{
+    uint32_t n = 0;
+    for (const struct kvc_waiter *w = k->waiters; w; w = w->next)
+        n += !is_local(w->pipe);
+    return n;
+}
+
 /* Park the request; 0, or -1 if it cannot be parked (answer it now). */
 static int park(struct kvc *k, uint32_t pipe, const Kvtier__KvWait *q,
                 uint64_t req_id)
 {
-    if (k->n_waiters >= k->max_waiters) return -1;
+    if (!is_local(pipe) && nng_parked(k) >= k->max_waiters) return -1;
     void *later = defer_request(k, pipe);
     if (!later) return -1;
     struct kvc_waiter *w = calloc(1, sizeof *w);

@@ -178,7 +178,8 @@ void local_reply_later(struct local_srv *s, struct local_later *h,
 {
     struct lconn *c = (struct lconn *)h;
     c->parked = 0;
-    if (rsp) queue_rsp(c, rsp);
+    if (!rsp) return; /* its connection is being closed */
+    queue_rsp(c, rsp);
     (void)flush_out(s, c); /* also re-arms input */
 }
 

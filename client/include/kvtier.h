@@ -245,9 +245,9 @@ kvt_err kvt_stats_get(kvt_client *c, kvt_stats *out);
  * daemon's worker threads copy; kvt_kv_poll and kvt_kv_wait collect the
  * result, so an engine step never waits on kvtier unless it asks to.
  *
- * The cache is described by the kvt_layout_params of kvtier_layout.h
- * (cuda/layout.h in the source tree): kind, shape, element size, and one
- * address per tensor. Chunk i of a transfer covers blocks
+ * The cache is described by the kvt_layout_params of layout.h (cuda/ in
+ * the source tree; it includes this header): kind, shape, element size,
+ * and one address per tensor. Chunk i of a transfer covers blocks
  * block_ids[i * bpc .. (i + 1) * bpc), bpc = chunk_tokens / block_size,
  * and is stored in kvtier's canonical order, so a chunk saved through one
  * layout loads through any other of the same shape (layers, K/V, heads,
@@ -268,13 +268,14 @@ kvt_err kvt_stats_get(kvt_client *c, kvt_stats *out);
  *    refused request writes nothing. The engine must not read the named
  *    blocks until the transfer is done.
  *  - Done transfers are reported once and then forgotten; a connection
- *    may have at most 1024 transfers not yet reported (KVT_EBUSY).
+ *    may have at most 1024 transfers not yet reported (KVT_EBUSY). One
+ *    poll or wait names at most the daemon's max_keys transfers.
  *  - kvt_kv_wait holds the client's lock while it waits: a thread that
  *    must not block while another waits uses a client of its own.
  */
 typedef uint64_t kvt_kv_reg;
 typedef uint64_t kvt_xfer;
-struct kvt_layout_params; /* kvtier_layout.h */
+struct kvt_layout_params; /* layout.h */
 
 typedef struct kvt_kv_info {
     uint64_t chunk_bytes;      /* one chunk in the pool */
