@@ -25,6 +25,8 @@ endif
 CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -Iclient -Itests/lib -I$(BUILD)/gen
 
 LIBS    := -lnng -lprotobuf-c -linih -lxxhash -lcrypto -lpthread -ldl -lm
+# The daemon alone needs these (NVMe tier, its index); libkvtier does not.
+DAEMON_LIBS := -luring -lrocksdb
 TEST_LIBS := -lcmocka
 
 GEN_C   := $(BUILD)/gen/kvtier.pb-c.c
@@ -101,7 +103,7 @@ $(BUILD)/lib/kvtier.pc: client/kvtier.pc.in Makefile
 # ---------------------------------------------------------------- programs
 $(KVTIERD): $(BUILD)/obj/daemon/main.o $(INTERNAL_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS)
 
 $(KVTIERCTL): $(BUILD)/obj/client/kvtierctl.o $(LIBKVT_A)
 	@mkdir -p $(dir $@)
@@ -109,7 +111,7 @@ $(KVTIERCTL): $(BUILD)/obj/client/kvtierctl.o $(LIBKVT_A)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(TEST_LIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) $(TEST_LIBS)
 
 # Examples build as a user would: the public header and libkvtier.a only.
 $(BUILD)/examples/%: examples/%.c $(LIBKVT_A) client/include/kvtier.h
@@ -118,7 +120,7 @@ $(BUILD)/examples/%: examples/%.c $(LIBKVT_A) client/include/kvtier.h
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) -lhiredis
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) -lhiredis
 
 -include cuda/cuda.mk
 
@@ -131,7 +133,7 @@ fuzz: $(GEN_C)
 	@mkdir -p build-fuzz tests/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -DKVT_VERSION=\"$(VERSION)\" $(CPPFLAGS) tests/fuzz/fuzz_wire.c tests/lib/fuzz_harness.c \
-	    $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC) -o build-fuzz/fuzz_wire $(LIBS)
+	    $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC) -o build-fuzz/fuzz_wire $(LIBS) $(DAEMON_LIBS)
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus
 
 # ---------------------------------------------------------------- targets

@@ -1,0 +1,33 @@
+/*
+ * fault.h -- fault injection at the daemon's I/O boundaries (STYLE §11).
+ *
+ * Design: tests make a boundary fail without root tricks or a broken disk.
+ * The environment variable KVT_FAULT names the points and which of their
+ * occurrences fail, read once at start (fault_init):
+ *
+ *     KVT_FAULT="nvme_read=1,nvme_write=3+,nvme_grow=1+,uring_regbuf=1"
+ *
+ * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
+ * fails the Nth and every later one. Occurrences are counted per point on
+ * the core thread, so a run is deterministic. An unknown name stops the
+ * daemon at start (a typo must not silently test nothing). Production
+ * runs have KVT_FAULT unset and pay one branch per point.
+ */
+#ifndef KVT_FAULT_H
+#define KVT_FAULT_H
+
+enum fault_point {
+    FAULT_NVME_READ,    /* a read completion fails with -EIO */
+    FAULT_NVME_WRITE,   /* a write completion fails with -ENOSPC */
+    FAULT_NVME_GROW,    /* creating (fallocating) a data file: ENOSPC */
+    FAULT_URING_REGBUF, /* registering buffers with io_uring: -ENOMEM */
+    FAULT_COUNT
+};
+
+/* Parse spec (NULL: getenv("KVT_FAULT")). 0, or -1 with a sentence in
+ * err. Resets every counter. */
+int fault_init(const char *spec, char *err, unsigned long errlen);
+/* Count one occurrence of p; 1 if it must fail. */
+int fault_hit(enum fault_point p);
+
+#endif
