@@ -323,6 +323,8 @@ kvt_err kvt_kv_stats_get(kvt_client *c, kvt_kv_stats *out)
     out->failed = s->kv_failed;
     out->hbm_bytes = s->hbm_bytes;
     out->hbm_used = s->hbm_used;
+    out->hbm_loaded_chunks = s->kv_hbm_loaded_chunks;
+    out->hbm_demoted = s->kv_hbm_demoted;
     snprintf(out->gpu, sizeof out->gpu, "%s", s->gpu ? s->gpu : "");
     kvtier__response__free_unpacked(r, NULL);
     return KVT_OK;

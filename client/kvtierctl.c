@@ -165,9 +165,11 @@ static void stats_json(const Kvtier__StatsResp *s)
            "\"kv_loaded_chunks\":%llu,\"kv_failed\":%llu", U(s->kv_registrations),
            U(s->kv_transfers), U(s->kv_saved_chunks), U(s->kv_loaded_chunks),
            U(s->kv_failed));
-    printf(",\"tiers\":{\"hbm\":{\"capacity\":%llu,\"used\":%llu},"
+    printf(",\"tiers\":{\"hbm\":{\"capacity\":%llu,\"used\":%llu,"
+           "\"loaded_chunks\":%llu,\"demoted\":%llu},"
            "\"dram\":{\"capacity\":%llu,\"used\":%llu}},\"ns\":[",
-           U(s->hbm_bytes), U(s->hbm_used), U(s->pool_bytes), U(s->used_bytes));
+           U(s->hbm_bytes), U(s->hbm_used), U(s->kv_hbm_loaded_chunks),
+           U(s->kv_hbm_demoted), U(s->pool_bytes), U(s->used_bytes));
     for (size_t i = 0; i < s->n_ns; i++) {
         printf("%s{\"ns\":", i ? "," : "");
         json_str(s->ns[i]->ns);
@@ -202,7 +204,9 @@ static void stats_text(const Kvtier__StatsResp *s)
            U(s->kv_transfers), U(s->kv_saved_chunks), U(s->kv_loaded_chunks),
            U(s->kv_failed));
     if (s->hbm_bytes)
-        printf("hbm            %llu / %llu bytes\n", U(s->hbm_used), U(s->hbm_bytes));
+        printf("hbm            %llu / %llu bytes; %llu chunks loaded from it, %llu "
+               "demoted\n", U(s->hbm_used), U(s->hbm_bytes),
+               U(s->kv_hbm_loaded_chunks), U(s->kv_hbm_demoted));
     for (size_t i = 0; i < s->n_ns; i++)
         printf("  ns %-40s %8llu chunks %12llu bytes %llu/%llu hit/miss\n",
                s->ns[i]->ns, U(s->ns[i]->chunks), U(s->ns[i]->bytes),

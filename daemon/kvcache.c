@@ -65,6 +65,7 @@ static void xfer_arrays_free(struct kvc_xfer *x)
     free(x->chunk);
     free(x->ids);
     free(x->csum);
+    free(x->hent);
 }
 
 void kvc_xfer_free(struct kvc *k, struct kvc_xfer *x)
@@ -103,6 +104,7 @@ static struct kvc_xfer *xfer_new(struct kvc *k, uint32_t pipe, int kind,
     x->chunk = xcalloc(n, sizeof *x->chunk);
     x->ids = xcalloc((size_t)n * g->bpc, sizeof *x->ids);
     x->csum = xcalloc(n, sizeof *x->csum);
+    x->hent = xcalloc(n, sizeof *x->hent);
     if (kind == KVC_SAVE) {
         x->parent = xcalloc(n, sizeof *x->parent);
         x->pgen = xcalloc(n, sizeof *x->pgen);
@@ -568,6 +570,9 @@ static kvt_err save_reserve(struct req *r, struct kvtierd *d, uint16_t ns,
                             (unsigned long long)g->chunk_bytes, i, kvt_strerror(e));
         uint32_t j = x->n_move++;
         x->chunk[j] = store_ptr(d, x->slot[i]);
+        if (g->mem == KVC_MEM_CUDA && d->kvc->hbm && g->device == d->kvc->hbm->device)
+            x->hent[j] = kvh_reserve(d->kvc, x->slot[i],
+                                     idx_at(&d->idx, x->slot[i])->gen, g->chunk_bytes);
         memcpy(x->ids + (size_t)j * g->bpc, q->block_ids + (size_t)i * g->bpc,
                g->bpc * sizeof *x->ids);
     }
@@ -614,6 +619,10 @@ static kvt_err load_prepare(struct req *r, struct kvtierd *d, struct kvc_xfer *x
         idx_touch(&d->idx, x->slot[i], now);
         x->chunk[i] = store_ptr(d, x->slot[i]);
         x->csum[i] = idx_at(&d->idx, x->slot[i])->csum;
+        if (g->mem == KVC_MEM_CUDA && (x->hent[i] = kvh_find(d->kvc, x->slot[i], g->device))) {
+            x->hent[i]->pins++;
+            x->chunk[i] = x->hent[i]->dev; /* device to device */
+        }
     }
     memcpy(x->ids, q->block_ids, q->n_block_ids * sizeof *x->ids);
     x->n_move = x->n;
@@ -689,6 +698,8 @@ void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s)
     s->kv_saved_chunks = k->st.saved;
     s->kv_loaded_chunks = k->st.loaded;
     s->kv_failed = k->st.failed;
+    s->kv_hbm_loaded_chunks = k->st.hbm_loaded;
+    s->kv_hbm_demoted = k->st.hbm_demoted;
     if (k->hbm) {
         struct tier_usage u;
         k->hbm->tier.ops->usage(&k->hbm->tier, &u);
@@ -790,6 +801,7 @@ void kvc_close(struct kvtierd *d)
         g->refs = 1;
         kvc_reg_unref(k, g);
     }
+    if (k->hbm) kvh_close(k);
     hbm_close(k->hbm);
     if (k->pool_registered) kvt_gpu_host_unregister(k->gpu, d->dram->base);
     kvt_gpu_close(k->gpu);

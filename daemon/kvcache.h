@@ -41,6 +41,7 @@
 #include "gpu.h"
 #include "kvtierd.h"
 #include "layout.h"
+#include "tier.h"
 
 #define KVC_MAX_REGS 64        /* registrations per connection */
 #define KVC_MAX_XFERS 1024     /* uncollected transfers per connection */
@@ -48,6 +49,7 @@
 #define KVC_MAX_DEVICES 16     /* GPU streams per worker */
 #define KVC_WAIT_MAX_MS 60000  /* longest a KvWait is parked */
 #define KVC_XFER_BUCKETS 1024
+#define KVC_HBM_BUCKETS 4096
 #define KVC_MSG 160
 
 struct hbm;
@@ -85,6 +87,22 @@ struct kvc_reg {
 
 struct kvc;
 
+/* An HBM copy of a DRAM chunk (kvhbm.c). */
+struct kvc_hent {
+    uint32_t slot, gen;    /* the DRAM chunk it copies */
+    struct tier_loc loc;
+    void *dev;             /* its device address */
+    uint32_t pins;         /* LOADs reading it */
+    uint8_t linked;        /* committed: hashed and on the LRU */
+    struct kvc_hent *hnext, *prev, *next;
+};
+
+struct kvc_hcache {
+    struct kvc_hent *b[KVC_HBM_BUCKETS]; /* by slot */
+    struct kvc_hent *head, *tail;        /* LRU, head = most recent */
+    uint64_t n;
+};
+
 struct kvc_xfer {
     struct kvc *k;
     uint64_t id;
@@ -102,6 +120,8 @@ struct kvc_xfer {
     void **chunk;     /* [n_move] pool addresses (worker input) */
     int32_t *ids;     /* [n_move * bpc] block ids (worker input) */
     uint64_t *csum;   /* [n_move] SAVE: out; LOAD: expected */
+    struct kvc_hent **hent; /* [n_move] HBM copies: SAVE fills, LOAD reads */
+    uint8_t hbm_ok;   /* SAVE: the worker filled its copies */
     kvt_err err;      /* worker output, then the transfer's result */
     char msg[KVC_MSG];
     uint64_t stamp;   /* KvWait duplicate check */
@@ -139,12 +159,15 @@ struct kvc_pool {
 
 struct kvc_counters {
     uint64_t saved, loaded, failed;
+    uint64_t hbm_loaded;  /* chunks a LOAD read from HBM */
+    uint64_t hbm_demoted; /* copies dropped for room (DRAM keeps them) */
 };
 
 struct kvc {
     struct kvtierd *d;
     struct kvt_gpu *gpu;  /* NULL: no GPU here */
     struct hbm *hbm;      /* NULL: hbm_bytes = 0 */
+    struct kvc_hcache hc; /* what HBM holds (kvhbm.c) */
     int pool_registered;  /* DRAM pool cudaHostRegister'ed */
     struct kvc_reg *regs;
     uint64_t n_regs;      /* live (not dead) */
@@ -215,6 +238,17 @@ int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x);
 void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err);
 /* Install the SIGBUS guard workers copy under (again: harmless). */
 void kvc_sigbus_install(void);
+
+/* kvhbm.c: the HBM tier's policy. A copy for DRAM chunk (slot, gen), or
+ * NULL if there is no HBM tier or no room even after dropping copies. */
+struct kvc_hent *kvh_reserve(struct kvc *k, uint32_t slot, uint32_t gen,
+                             uint64_t bytes);
+/* A filled copy becomes findable (and replaces a stale one of the slot). */
+void kvh_commit(struct kvc *k, struct kvc_hent *h);
+/* The valid copy of slot usable from device, or NULL (stale ones go). */
+struct kvc_hent *kvh_find(struct kvc *k, uint32_t slot, int device);
+void kvh_drop(struct kvc *k, struct kvc_hent *h);
+void kvh_close(struct kvc *k);
 
 /* kvwait.c: parked KvWait requests. */
 int kvc_wait_init(struct kvc *k);

@@ -79,12 +79,14 @@ static int stop_here(const struct kvc *k, struct kvc_xfer *x)
     return atomic_load(&x->cancel);
 }
 
-/* LOAD: every chunk intact before the first byte lands in the engine. */
+/* LOAD: every chunk intact before the first byte lands in the engine.
+ * Copies in HBM are the daemon's own (no client can write them) and not
+ * readable by the CPU: their DRAM chunk was checked when they were made. */
 static kvt_err verify(struct kvc_xfer *x)
 {
     const struct kvc_reg *g = x->reg;
     for (uint32_t j = 0; j < x->n_move; j++)
-        if (kvt_checksum(x->chunk[j], g->chunk_bytes) != x->csum[j]) {
+        if (!x->hent[j] && kvt_checksum(x->chunk[j], g->chunk_bytes) != x->csum[j]) {
             snprintf(x->msg, sizeof x->msg, "chunk %u failed its checksum in "
                      "the pool: nothing loaded", j);
             return KVT_ECORRUPT;
@@ -124,6 +126,22 @@ static kvt_err wk_stream(struct kvc_wk *w, int dev, kvt_cuda_stream **s)
     return KVT_OK;
 }
 
+/* SAVE: copy the new chunks the core gave an HBM copy into it, from the
+ * pool (write-through: DRAM stays the tier of record). */
+static kvt_err fill_hbm(struct kvc *k, struct kvc_xfer *x, kvt_cuda_stream *s)
+{
+    const struct kvt_cuda_ops *o = kvt_gpu_ops(k->gpu);
+    kvt_err e = KVT_OK;
+    int any = 0;
+    for (uint32_t j = 0; j < x->n_move && e == KVT_OK; j++) {
+        if (!x->hent[j]) continue;
+        e = o->memcpy_async(kvt_gpu_ctx(k->gpu), x->hent[j]->dev, x->chunk[j],
+                            x->reg->chunk_bytes, s);
+        any = 1;
+    }
+    return e == KVT_OK && any ? kvt_gpu_sync(k->gpu, s) : e;
+}
+
 /* One launch for the whole transfer, then a sync on the worker's stream. */
 static kvt_err copy_cuda(struct kvc_wk *w, struct kvc_xfer *x)
 {
@@ -146,7 +164,10 @@ static kvt_err copy_cuda(struct kvc_wk *w, struct kvc_xfer *x)
                  kvt_gpu_last_error(k->gpu));
         return e;
     }
-    if (x->kind == KVC_SAVE) checksums(x);
+    if (x->kind == KVC_SAVE) {
+        checksums(x);
+        x->hbm_ok = fill_hbm(k, x, s) == KVT_OK;
+    }
     return KVT_OK;
 }
 
@@ -184,9 +205,22 @@ static uint32_t live_parent(struct kvtierd *d, const struct kvc_xfer *x,
     return p;
 }
 
-static void save_settle(struct kvtierd *d, struct kvc_xfer *x, int commit)
+/* The HBM copies of a SAVE: findable if the chunks and copies are good. */
+static void save_settle_hbm(struct kvc *k, struct kvc_xfer *x, int commit)
 {
+    for (uint32_t j = 0; j < x->n_move; j++) {
+        if (!x->hent[j]) continue;
+        if (commit && x->hbm_ok) kvh_commit(k, x->hent[j]);
+        else kvh_drop(k, x->hent[j]);
+        x->hent[j] = NULL;
+    }
+}
+
+static void save_settle(struct kvc *k, struct kvc_xfer *x, int commit)
+{
+    struct kvtierd *d = k->d;
     uint32_t j = 0;
+    save_settle_hbm(k, x, commit);
     for (uint32_t i = 0; i < x->n; i++) {
         uint32_t s = x->slot[i];
         if (s == IDX_NONE) continue;
@@ -197,8 +231,15 @@ static void save_settle(struct kvtierd *d, struct kvc_xfer *x, int commit)
     if (commit) store_watermark(d);
 }
 
-static void load_settle(struct kvtierd *d, struct kvc_xfer *x, int ok)
+static void load_settle(struct kvc *k, struct kvc_xfer *x, int ok)
 {
+    struct kvtierd *d = k->d;
+    for (uint32_t j = 0; j < x->n_move; j++) {
+        if (!x->hent[j]) continue;
+        x->hent[j]->pins--;
+        x->hent[j] = NULL;
+        k->st.hbm_loaded += ok;
+    }
     for (uint32_t i = 0; i < x->n; i++) {
         uint32_t s = x->slot[i];
         if (s == IDX_NONE) continue;
@@ -215,8 +256,8 @@ void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err)
     x->err = err;
     if (err != KVT_OK && !x->msg[0])
         snprintf(x->msg, sizeof x->msg, "%s", kvt_strerror(err));
-    if (x->kind == KVC_SAVE) save_settle(k->d, x, err == KVT_OK);
-    else load_settle(k->d, x, err == KVT_OK);
+    if (x->kind == KVC_SAVE) save_settle(k, x, err == KVT_OK);
+    else load_settle(k, x, err == KVT_OK);
     kvc_reg_unref(k, x->reg);
     x->reg = NULL;
 }

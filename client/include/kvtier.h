@@ -343,6 +343,8 @@ typedef struct kvt_kv_stats {
     uint64_t transfers;      /* not yet reported */
     uint64_t saved_chunks, loaded_chunks, failed;
     uint64_t hbm_bytes, hbm_used; /* HBM tier; 0: off */
+    uint64_t hbm_loaded_chunks;   /* LOAD chunks read from HBM copies */
+    uint64_t hbm_demoted;         /* HBM copies dropped for room */
     char gpu[160];           /* "available: ..." or "unavailable: why" */
 } kvt_kv_stats;
 

@@ -6,7 +6,8 @@
  * the code that a real GPU runs through libkvtier_cuda.so: registrations
  * by IPC handle (one handle shared by several tensors, opened once),
  * SAVE/LOAD through kvt_gpu_gather/scatter on the workers' streams, the
- * DRAM pool registered at start, the HBM tier's start-up, and each CUDA
+ * DRAM pool registered at start, the HBM tier (copies made by GPU SAVEs,
+ * read by GPU LOADs, demoted when full, never stale), and each CUDA
  * failure as the error of the request or transfer it belongs to. What it
  * cannot show is the CUDA library itself: scripts/gpu-check.sh does that
  * on a GPU.
@@ -302,6 +303,110 @@ static void test_gpu_no_stream(void **state)
     td_cleanup(&d);
 }
 
+static kvt_kv_stats kvs(kvt_client *c)
+{
+    kvt_kv_stats s;
+    assert_int_equal(kvt_kv_stats_get(c, &s), KVT_OK);
+    return s;
+}
+
+/* n keys from seed, saved from blocks ids (bpc each, any may repeat). */
+static void save_n(kvt_client *c, kvt_kv_reg reg, uint64_t seed, size_t n,
+                   const int32_t *ids)
+{
+    kvt_key *k = malloc(n * sizeof *k);
+    uint32_t bpc = CT / shape().block_size;
+    kvt_xfer x;
+    kvt_xfer_status st;
+    for (size_t i = 0; i < n; i++) k[i] = td_key(seed + i);
+    assert_int_equal(kvt_kv_save(c, "gpu/hbm", reg, k, n, ids, n * bpc, NULL, &x),
+                     KVT_OK);
+    assert_int_equal(kve_wait1(c, x, &st), KVT_OK);
+    assert_int_equal(st.err, KVT_OK);
+    free(k);
+}
+
+/* Load NK keys from seed into blocks dst; 1 if each matches src of e. */
+static int load_matches(kvt_client *c, kvt_kv_reg reg, struct kve *into,
+                        uint64_t seed, const int32_t *dst, const struct kve *from,
+                        const int32_t *src)
+{
+    kvt_key k[NK];
+    uint32_t bpc = CT / shape().block_size;
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(seed + i);
+    kvt_xfer x;
+    kvt_xfer_status st;
+    assert_int_equal(kvt_kv_load(c, "gpu/hbm", reg, k, NK, dst, NK * bpc, &x), KVT_OK);
+    assert_int_equal(kve_wait1(c, x, &st), KVT_OK);
+    assert_int_equal(st.err, KVT_OK);
+    size_t len;
+    int ok = 1;
+    for (size_t i = 0; i < NK; i++) {
+        len = kvt_layout_chunk_bytes(&into->f.d, CT);
+        uint8_t *a = malloc(len), *b = malloc(len);
+        kvt_gather_cpu(&into->f.d, dst + i * bpc, bpc, a, len);
+        kvt_gather_cpu(&from->f.d, src + i * bpc, bpc, b, len);
+        ok &= memcmp(a, b, len) == 0;
+        free(a);
+        free(b);
+    }
+    return ok;
+}
+
+/* GPU SAVEs leave copies in HBM that GPU LOADs read; host LOADs do not;
+ * a full HBM demotes its coldest copies (DRAM still has them); a chunk
+ * deleted and saved anew is never served from its old copy. */
+static void test_hbm_copies(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    struct kve e, h;
+    fx_shape s = shape();
+    kvt_kv_reg rg, rh;
+    static int32_t ids[200 * 2];
+    int32_t dst[NK * 2];
+    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 21), 0);
+    assert_int_equal(kve_open(&h, KVT_LAYOUT_VLLM_FLASH_HND, &s, 22), 0);
+    assert_int_equal(reg_gpu(c, &e, "gpu/hbm", 0, &rg), KVT_OK);
+    assert_int_equal(kve_register(c, &h, "gpu/hbm", CT, &rh, NULL), KVT_OK);
+    for (size_t i = 0; i < 400; i++) ids[i] = (int32_t)(i % 12);
+    for (size_t i = 0; i < NK * 2; i++) dst[i] = (int32_t)(12 + i);
+    kvt_kv_stats s0 = kvs(c);
+    save_n(c, rg, 2100, NK, ids);
+    assert_int_equal(kvs(c).hbm_used, s0.hbm_used + NK * 65536);
+    assert_true(load_matches(c, rg, &e, 2100, dst, &e, ids));
+    assert_int_equal(kvs(c).hbm_loaded_chunks, s0.hbm_loaded_chunks + NK);
+    assert_true(load_matches(c, rh, &h, 2100, dst, &e, ids)); /* host: DRAM */
+    assert_int_equal(kvs(c).hbm_loaded_chunks, s0.hbm_loaded_chunks + NK);
+    /* 200 more copies do not fit in 8M of 64K units: the oldest go. */
+    save_n(c, rg, 3000, 200, ids);
+    kvt_kv_stats s1 = kvs(c);
+    assert_true(s1.hbm_demoted > s0.hbm_demoted);
+    assert_true(s1.hbm_used <= s1.hbm_bytes);
+    assert_true(load_matches(c, rg, &e, 2100, dst, &e, ids)); /* from DRAM */
+    assert_int_equal(kvs(c).hbm_loaded_chunks, s1.hbm_loaded_chunks);
+    /* Deleted and saved again from other blocks: the new bytes load. */
+    kvt_key k[NK];
+    size_t del;
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(3197 + i);
+    assert_int_equal(kvt_delete(c, "gpu/hbm", k, NK, &del), KVT_OK);
+    assert_int_equal(del, NK);
+    int32_t other[NK * 2];
+    for (size_t i = 0; i < NK * 2; i++) other[i] = (int32_t)(18 + i);
+    save_n(c, rg, 3197, NK, other);
+    assert_true(load_matches(c, rg, &e, 3197, dst, &e, other));
+    /* A copy that cannot be filled is not made; the SAVE still is. */
+    kvt_kv_stats s2 = kvs(c);
+    faults("memcpy");
+    save_n(c, rg, 4000, NK, ids);
+    faults("");
+    assert_true(load_matches(c, rg, &e, 4000, dst, &e, ids));
+    assert_int_equal(kvs(c).hbm_loaded_chunks, s2.hbm_loaded_chunks); /* no copy */
+    kve_close(&e);
+    kve_close(&h);
+    kvt_close(c);
+}
+
 /* Start-up: a pool CUDA will not register leaves GPU transfers off; an
  * HBM tier that cannot get its memory stops the daemon. */
 static void test_gpu_startup_faults(void **state)
@@ -336,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_gpu_roundtrip),
         cmocka_unit_test(test_gpu_register_errors),
         cmocka_unit_test(test_gpu_transfer_errors),
+        cmocka_unit_test(test_hbm_copies),
         cmocka_unit_test(test_gpu_no_stream),
         cmocka_unit_test(test_gpu_startup_faults),
     };
