@@ -5,10 +5,12 @@
  * branch, the HBM tier) in `make test`. Tests point KVT_CUDA_LIB at it.
  *
  * Design: "device memory" is host memory and every pointer is reachable,
- * as with unified addressing. A CUDA IPC handle is the path of a
- * shared-memory file, NUL-padded to 64 bytes; ipc_open maps that file,
- * so an "engine" in another process hands its tensors over the way a GPU
- * engine hands its cudaIpcMemHandle_t. gather/scatter run the CPU
+ * as with unified addressing. dev_alloc backs each allocation with its own
+ * shared-memory file, and a CUDA IPC handle is that file's path, NUL-
+ * padded to 64 bytes: ipc_get gives it for an allocation, ipc_open maps
+ * it, so an engine in another process hands its tensors over exactly as a
+ * GPU engine hands its cudaIpcMemHandle_t (tests may also write a handle
+ * by hand for any file). gather/scatter run the CPU
  * reference chunk by chunk and complete at once (sync has nothing to
  * wait for). The real library's contract holds: everything is validated
  * before anything is written.
@@ -43,11 +45,65 @@ struct kvt_cuda_stream {
 
 static __thread char fk_err[160] = "no error";
 
+/* Mappings: of ipc_open (path empty) and of dev_alloc (path set). */
 static pthread_mutex_t fk_mtx = PTHREAD_MUTEX_INITIALIZER; /* guards fk_map */
 static struct {
     void *p;
     size_t len;
+    char path[KVT_CUDA_IPC_HANDLE_LEN];
 } fk_map[FK_MAPS];
+
+/* Remember a mapping; 0, or -1 when the table is full. */
+static int fk_remember(void *p, size_t len, const char *path)
+{
+    int rc = -1;
+    pthread_mutex_lock(&fk_mtx);
+    for (int i = 0; i < FK_MAPS && rc; i++)
+        if (!fk_map[i].p) {
+            fk_map[i].p = p;
+            fk_map[i].len = len;
+            snprintf(fk_map[i].path, sizeof fk_map[i].path, "%s", path);
+            rc = 0;
+        }
+    pthread_mutex_unlock(&fk_mtx);
+    return rc;
+}
+
+/* Forget p (unmapping it, and removing a dev_alloc file); 0 or -1. */
+static int fk_forget(void *p)
+{
+    int rc = -1;
+    pthread_mutex_lock(&fk_mtx);
+    for (int i = 0; i < FK_MAPS && rc; i++)
+        if (fk_map[i].p == p) {
+            munmap(p, fk_map[i].len);
+            if (fk_map[i].path[0]) unlink(fk_map[i].path);
+            fk_map[i].p = NULL;
+            rc = 0;
+        }
+    pthread_mutex_unlock(&fk_mtx);
+    return rc;
+}
+
+/* Map path (size len, created if create) read-write. */
+static void *fk_map_file(const char *path, size_t *len, int create)
+{
+    struct stat st;
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
+    if (fd < 0) return NULL;
+    if (create && ftruncate(fd, (off_t)*len) != 0) {
+        close(fd);
+        return NULL;
+    }
+    if (!create && (fstat(fd, &st) != 0 || st.st_size <= 0)) {
+        close(fd);
+        return NULL;
+    }
+    if (!create) *len = (size_t)st.st_size;
+    void *p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
 
 /* The fault list: the variable, or the file's first line. */
 static const char *fk_fault_list(char *buf, size_t len)
@@ -155,9 +211,27 @@ static kvt_err fk_host_unregister(kvt_cuda_ctx *c, void *p)
 
 static kvt_err fk_dev_alloc(kvt_cuda_ctx *c, int device, size_t len, void **out)
 {
+    static unsigned serial;
+    char path[KVT_CUDA_IPC_HANDLE_LEN];
     if (device < 0 || device >= c->devices) return KVT_EINVAL;
     if (fk_fails("dev_alloc")) return KVT_ENOSPC;
-    return (*out = malloc(len ? len : 1)) ? KVT_OK : KVT_ENOSPC;
+    snprintf(path, sizeof path, "/dev/shm/kvt-fakecuda-%d-%u", (int)getpid(),
+             __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
+    size_t n = len ? len : 1;
+    void *p = fk_map_file(path, &n, 1);
+    if (!p || fk_remember(p, n, path) != 0) {
+        if (p) munmap(p, n);
+        unlink(path);
+        return KVT_ENOSPC;
+    }
+    *out = p;
+    return KVT_OK;
+}
+
+static kvt_err fk_dev_free(kvt_cuda_ctx *c, void *p)
+{
+    (void)c;
+    return fk_forget(p) == 0 ? KVT_OK : KVT_EINVAL;
 }
 
 static kvt_err fk_memcpy_async(kvt_cuda_ctx *c, void *dst, const void *src,
@@ -237,10 +311,21 @@ static kvt_err fk_scatter_staged(kvt_cuda_ctx *c, const kvt_layout *d,
     return fk_scatter(c, d, ids, n, bpc, chunks, len, s);
 }
 
+/* The handle of a dev_alloc allocation (its base address only). */
 static kvt_err fk_ipc_get(kvt_cuda_ctx *c, void *p, void *h, size_t len)
 {
-    (void)c, (void)p, (void)h, (void)len;
-    return KVT_ENOTSUP; /* engines make their handles by hand here */
+    (void)c;
+    kvt_err e = KVT_EINVAL;
+    if (len != KVT_CUDA_IPC_HANDLE_LEN) return e;
+    pthread_mutex_lock(&fk_mtx);
+    for (int i = 0; i < FK_MAPS && e; i++)
+        if (fk_map[i].p == p && fk_map[i].path[0]) {
+            memset(h, 0, len);
+            memcpy(h, fk_map[i].path, strlen(fk_map[i].path));
+            e = KVT_OK;
+        }
+    pthread_mutex_unlock(&fk_mtx);
+    return e;
 }
 
 /* The handle names a file; map all of it. */
@@ -248,29 +333,21 @@ static kvt_err fk_ipc_open(kvt_cuda_ctx *c, int device, const void *h,
                            size_t len, void **out)
 {
     char path[KVT_CUDA_IPC_HANDLE_LEN + 1];
-    struct stat st;
     if (device < 0 || device >= c->devices || len != KVT_CUDA_IPC_HANDLE_LEN)
         return KVT_EINVAL;
     if (fk_fails("ipc_open")) return KVT_EIO;
     memcpy(path, h, len);
     path[len] = '\0';
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) {
+    size_t n = 0;
+    void *p = fk_map_file(path, &n, 0);
+    if (!p) {
         snprintf(fk_err, sizeof fk_err, "fake CUDA: cannot open handle %.64s", path);
-        if (fd >= 0) close(fd);
         return KVT_EINVAL;
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return KVT_EIO;
-    pthread_mutex_lock(&fk_mtx);
-    for (int i = 0; i < FK_MAPS; i++)
-        if (!fk_map[i].p) {
-            fk_map[i].p = p;
-            fk_map[i].len = (size_t)st.st_size;
-            break;
-        }
-    pthread_mutex_unlock(&fk_mtx);
+    if (fk_remember(p, n, "") != 0) {
+        munmap(p, n);
+        return KVT_ENOSPC;
+    }
     *out = p;
     return KVT_OK;
 }
@@ -278,17 +355,7 @@ static kvt_err fk_ipc_open(kvt_cuda_ctx *c, int device, const void *h,
 static kvt_err fk_ipc_close(kvt_cuda_ctx *c, void *p)
 {
     (void)c;
-    kvt_err e = KVT_EINVAL;
-    pthread_mutex_lock(&fk_mtx);
-    for (int i = 0; i < FK_MAPS; i++)
-        if (fk_map[i].p == p) {
-            munmap(p, fk_map[i].len);
-            fk_map[i].p = NULL;
-            e = KVT_OK;
-            break;
-        }
-    pthread_mutex_unlock(&fk_mtx);
-    return e;
+    return fk_forget(p) == 0 ? KVT_OK : KVT_EINVAL;
 }
 
 static const struct kvt_cuda_ops fk_ops = {
@@ -307,7 +374,7 @@ static const struct kvt_cuda_ops fk_ops = {
     .host_register = fk_host_register,
     .host_unregister = fk_host_unregister,
     .dev_alloc = fk_dev_alloc,
-    .dev_free = fk_free,
+    .dev_free = fk_dev_free,
     .memcpy_async = fk_memcpy_async,
     .memset_async = fk_memset_async,
     .check_layout = fk_check_layout,

@@ -1,16 +1,21 @@
 /*
- * test_kvcache_gpu.c -- kvtierd's GPU paths on a machine without a GPU:
- * the daemon loads libkvtier_fakecuda.so (tests/fake_cuda) through
- * KVT_CUDA_LIB, which does every CUDA entry on the CPU and takes a shared-
- * memory file's path as its "IPC handle". So this runs, in `make test`,
- * the code that a real GPU runs through libkvtier_cuda.so: registrations
- * by IPC handle (one handle shared by several tensors, opened once),
- * SAVE/LOAD through kvt_gpu_gather/scatter on the workers' streams, the
- * DRAM pool registered at start, the HBM tier (copies made by GPU SAVEs,
- * read by GPU LOADs, demoted when full, never stale), and each CUDA
- * failure as the error of the request or transfer it belongs to. What it
- * cannot show is the CUDA library itself: scripts/gpu-check.sh does that
- * on a GPU.
+ * test_kvcache_gpu.c -- kvtierd's GPU paths, end to end: an engine holds
+ * its KV tensors in device memory, hands the daemon CUDA IPC handles, and
+ * SAVEs and LOADs through the daemon's CUDA workers and HBM tier.
+ *
+ * On a machine without a GPU (make test) both the daemon and this engine
+ * load libkvtier_fakecuda.so (tests/fake_cuda) through KVT_CUDA_LIB: CUDA
+ * on the CPU, each device allocation a shared-memory file whose path is
+ * its IPC handle. That runs everything of the daemon's that a GPU runs --
+ * registrations by handle, SAVE/LOAD through kvt_gpu_gather/scatter on the
+ * workers' streams, the DRAM pool registered at start, the HBM tier
+ * (copies made by GPU SAVEs, read by GPU LOADs, demoted when full, never
+ * stale) -- and injects each CUDA failure, which must come back as the
+ * error of the request or transfer it belongs to.
+ *
+ * With KVT_GPU_REAL=1 (scripts/gpu-check.sh on a GPU) the same round trips
+ * run on libkvtier_cuda.so and real device memory, real IPC handles; the
+ * fault-injection cases are skipped there.
  */
 #include <libgen.h>
 #include <setjmp.h>
@@ -26,35 +31,41 @@
 
 #include "client_internal.h"
 #include "daemon.h"
+#include "gpu.h"
 #include "kvengine.h"
 #include "kvtier.h"
 
 static struct tdaemon D;
 static char fake_lib[512], fail_file[320];
+static int real;             /* KVT_GPU_REAL: libkvtier_cuda.so on a GPU */
+static struct kvt_gpu *G;    /* this engine's own CUDA */
+static kvt_cuda_stream *S;
 
 #define CT 8
 #define NK 3
 
-/* build/lib/libkvtier_fakecuda.so beside $KVTIERD's build/bin. */
-static int find_fake(void)
+/* build/lib/libkvtier_fakecuda.so (or, real, libkvtier_cuda.so) beside
+ * $KVTIERD's build/bin. */
+static int find_lib(void)
 {
     char bin[512];
+    real = getenv("KVT_GPU_REAL") && getenv("KVT_GPU_REAL")[0] == '1';
     snprintf(bin, sizeof bin, "%s", getenv("KVTIERD") ? getenv("KVTIERD")
                                                        : "build/bin/kvtierd");
-    snprintf(fake_lib, sizeof fake_lib, "%s/../lib/libkvtier_fakecuda.so",
-             dirname(bin));
+    snprintf(fake_lib, sizeof fake_lib, "%s/../lib/%s", dirname(bin),
+             real ? "libkvtier_cuda.so" : "libkvtier_fakecuda.so");
     return access(fake_lib, R_OK) == 0;
 }
+
+#define SKIP_IF_REAL() do { if (real) skip(); } while (0)
 
 /* Start a daemon on the fake library with these faults fixed. */
 static int start_fake(struct tdaemon *d, const char *faults,
                       const char *const *extra)
 {
-    setenv("KVT_CUDA_LIB", fake_lib, 1);
     if (faults) setenv("KVT_FAKE_CUDA_FAIL", faults, 1);
     else setenv("KVT_FAKE_CUDA_FAIL_FILE", fail_file, 1);
     int rc = td_start(d, extra);
-    unsetenv("KVT_CUDA_LIB");
     unsetenv("KVT_FAKE_CUDA_FAIL");
     unsetenv("KVT_FAKE_CUDA_FAIL_FILE");
     return rc;
@@ -72,8 +83,15 @@ static void faults(const char *list)
 static int setup(void **state)
 {
     (void)state;
-    if (!find_fake()) {
+    char why[256];
+    if (!find_lib()) {
         fprintf(stderr, "skipped: %s not built\n", fake_lib);
+        exit(77);
+    }
+    setenv("KVT_CUDA_LIB", fake_lib, 1); /* this engine's and the daemons' */
+    if (kvt_gpu_open(NULL, &G, why, sizeof why) != KVT_OK ||
+        kvt_gpu_stream_create(G, 0, &S) != KVT_OK) {
+        fprintf(stderr, "skipped: %s\n", why);
         exit(77);
     }
     if (td_init(&D) != 0) return -1;
@@ -87,6 +105,8 @@ static int teardown(void **state)
     (void)state;
     int rc = td_stop(&D);
     td_cleanup(&D);
+    kvt_gpu_stream_destroy(G, S);
+    kvt_gpu_close(G);
     return rc;
 }
 
@@ -96,23 +116,58 @@ static fx_shape shape(void)
                       .head_size = 16, .elem_size = 2};
 }
 
-/* "IPC handles" of e's tensors (all in its one file) and their offsets. */
-static void handles_of(const struct kve *e, uint8_t *h, uint64_t *off)
+/* A GPU engine: each tensor its own device allocation with an IPC
+ * handle, and a host mirror (kvengine.h) that fills it with random bytes
+ * and, pulled back, is what the fixture checks read. */
+struct deng {
+    struct kve h;
+    void *dev[KVT_LAYOUT_MAX_LAYERS * 2];
+    uint8_t handle[KVT_LAYOUT_MAX_LAYERS * 2 * KVT_CUDA_IPC_HANDLE_LEN];
+    uint64_t off[KVT_LAYOUT_MAX_LAYERS * 2];
+};
+
+static void copy(void *dst, const void *src, size_t n)
 {
-    for (size_t i = 0; i < e->f.n_tensors; i++) {
-        memset(h + i * 64, 0, 64);
-        memcpy(h + i * 64, e->path, strlen(e->path));
-        off[i] = e->f.bases[i] - (uint64_t)(uintptr_t)e->map;
+    const struct kvt_cuda_ops *o = kvt_gpu_ops(G);
+    assert_int_equal(o->memcpy_async(kvt_gpu_ctx(G), dst, src, n, S), KVT_OK);
+    assert_int_equal(kvt_gpu_sync(G, S), KVT_OK);
+}
+
+static void deng_open(struct deng *g, kvt_layout_kind kind, const fx_shape *s,
+                      uint64_t seed)
+{
+    const struct kvt_cuda_ops *o = kvt_gpu_ops(G);
+    memset(g, 0, sizeof *g);
+    assert_int_equal(kve_open(&g->h, kind, s, seed), 0);
+    for (size_t i = 0; i < g->h.f.n_tensors; i++) {
+        assert_int_equal(o->dev_alloc(kvt_gpu_ctx(G), 0, g->h.f.tensor_bytes,
+                                      &g->dev[i]), KVT_OK);
+        copy(g->dev[i], g->h.f.mem[i], g->h.f.tensor_bytes);
+        assert_int_equal(o->ipc_get(kvt_gpu_ctx(G), g->dev[i],
+                                    g->handle + i * KVT_CUDA_IPC_HANDLE_LEN,
+                                    KVT_CUDA_IPC_HANDLE_LEN), KVT_OK);
     }
 }
 
-static kvt_err reg_gpu(kvt_client *c, const struct kve *e, const char *ns,
+/* Device tensors into the host mirror. */
+static void deng_pull(struct deng *g)
+{
+    for (size_t i = 0; i < g->h.f.n_tensors; i++)
+        copy(g->h.f.mem[i], g->dev[i], g->h.f.tensor_bytes);
+}
+
+static void deng_close(struct deng *g)
+{
+    for (size_t i = 0; i < g->h.f.n_tensors; i++)
+        kvt_gpu_ops(G)->dev_free(kvt_gpu_ctx(G), g->dev[i]);
+    kve_close(&g->h);
+}
+
+static kvt_err reg_gpu(kvt_client *c, const struct deng *g, const char *ns,
                        int device, kvt_kv_reg *reg)
 {
-    static uint8_t h[KVT_LAYOUT_MAX_LAYERS * 2 * 64];
-    uint64_t off[KVT_LAYOUT_MAX_LAYERS * 2];
-    handles_of(e, h, off);
-    return kvt_kv_register_cuda(c, ns, &e->f.p, CT, device, h, off, reg, NULL);
+    return kvt_kv_register_cuda(c, ns, &g->h.f.p, CT, device, g->handle, g->off,
+                                reg, NULL);
 }
 
 static kvt_xfer_status xfer(kvt_client *c, int save, const char *ns,
@@ -134,7 +189,7 @@ static void test_gpu_available(void **state)
     kvt_client *c = td_connect(&D);
     kvt_kv_stats s;
     assert_int_equal(kvt_kv_stats_get(c, &s), KVT_OK);
-    assert_string_equal(s.gpu, "available: 1 device(s)");
+    assert_memory_equal(s.gpu, "available: ", 11);
     assert_int_equal(s.hbm_bytes, 8u << 20);
     assert_int_equal(s.hbm_used, 0);
     kvt_close(c);
@@ -146,19 +201,19 @@ static void roundtrip(kvt_client *c, kvt_layout_kind ka, kvt_layout_kind kb,
                       uint64_t seed)
 {
     fx_shape s = shape();
-    struct kve a, b;
+    static struct deng a, b;
     char ns[64];
     kvt_key k[NK];
     int32_t perm[24];
     uint64_t rng = seed;
     uint32_t bpc = CT / s.block_size;
     snprintf(ns, sizeof ns, "gpu/%s", kvt_layout_kind_name(ka));
-    assert_int_equal(kve_open(&a, ka, &s, seed), 0);
-    assert_int_equal(kve_open(&b, kb, &s, seed + 1), 0);
+    deng_open(&a, ka, &s, seed);
+    deng_open(&b, kb, &s, seed + 1);
     kvt_kv_reg ra, rb, rh;
     assert_int_equal(reg_gpu(c, &a, ns, 0, &ra), KVT_OK);
     assert_int_equal(reg_gpu(c, &b, ns, 0, &rb), KVT_OK);
-    assert_int_equal(kve_register(c, &b, ns, CT, &rh, NULL), KVT_OK);
+    assert_int_equal(kve_register(c, &b.h, ns, CT, &rh, NULL), KVT_OK);
     for (size_t i = 0; i < NK; i++) k[i] = td_key(seed * 10 + i);
     kve_perm(&rng, perm, s.blocks);
     assert_int_equal(xfer(c, 1, ns, ra, k, perm).err, KVT_OK);
@@ -167,19 +222,24 @@ static void roundtrip(kvt_client *c, kvt_layout_kind ka, kvt_layout_kind kb,
     size_t got;
     assert_int_equal(kvt_get(c, ns, k, NK, &l, ch, &got), KVT_OK);
     for (size_t i = 0; i < NK; i++) {
-        assert_true(fx_chunk_matches(&a.f, perm + i * bpc, bpc, ch[i].data));
+        assert_true(fx_chunk_matches(&a.h.f, perm + i * bpc, bpc, ch[i].data));
         assert_int_equal(kvt_checksum(ch[i].data, ch[i].size), ch[i].checksum);
     }
     assert_int_equal(xfer(c, 0, ns, rb, k, perm + NK * bpc).err, KVT_OK);
+    deng_pull(&b);
     for (size_t i = 0; i < NK; i++)
-        assert_true(fx_chunk_matches(&b.f, perm + (NK + i) * bpc, bpc, ch[i].data));
+        assert_true(fx_chunk_matches(&b.h.f, perm + (NK + i) * bpc, bpc, ch[i].data));
+    /* Through the host path into b's mirror, which is its own file. */
     assert_int_equal(xfer(c, 0, ns, rh, k, perm + 2 * NK * bpc).err, KVT_OK);
     for (size_t i = 0; i < NK; i++)
-        assert_true(fx_chunk_matches(&b.f, perm + (2 * NK + i) * bpc, bpc,
+        assert_true(fx_chunk_matches(&b.h.f, perm + (2 * NK + i) * bpc, bpc,
                                      ch[i].data));
     kvt_release(c, l);
-    kve_close(&a);
-    kve_close(&b);
+    kvt_kv_unregister(c, ra);
+    kvt_kv_unregister(c, rb);
+    kvt_kv_unregister(c, rh);
+    deng_close(&a);
+    deng_close(&b);
 }
 
 static void test_gpu_roundtrip(void **state)
@@ -204,11 +264,12 @@ static void test_gpu_roundtrip(void **state)
 static void test_gpu_register_errors(void **state)
 {
     (void)state;
+    SKIP_IF_REAL();
     kvt_client *c = td_connect(&D);
-    struct kve e;
+    static struct deng e;
     fx_shape s = shape();
     kvt_kv_reg reg;
-    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 9), 0);
+    deng_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 9);
     assert_int_equal(reg_gpu(c, &e, "gpu/err", 1, &reg), KVT_EINVAL); /* 1 device */
     assert_int_equal(reg_gpu(c, &e, "gpu/err", -1, &reg), KVT_EINVAL);
     faults("check_layout");
@@ -224,7 +285,7 @@ static void test_gpu_register_errors(void **state)
     Kvtier__KvLayout l = KVTIER__KV_LAYOUT__INIT;
     l.kind = KVT_LAYOUT_VLLM_FLASH_NHD, l.num_layers = 3, l.num_blocks = 24;
     l.block_size = 4, l.num_kv_heads = 2, l.head_size = 16, l.elem_size = 2;
-    memcpy(h, e.path, strlen(e.path));
+    memcpy(h, e.handle, 64);
     Kvtier__KvMemory m = KVTIER__KV_MEMORY__INIT;
     m.ipc_handles = hs, m.n_ipc_handles = 3, m.offsets = off, m.n_offsets = 3;
     Kvtier__RegisterKvCache rk = KVTIER__REGISTER_KV_CACHE__INIT;
@@ -237,7 +298,7 @@ static void test_gpu_register_errors(void **state)
     kvt_kv_stats st;
     assert_int_equal(kvt_kv_stats_get(c, &st), KVT_OK);
     assert_int_equal(st.registrations, 0);
-    kve_close(&e);
+    deng_close(&e);
     kvt_close(c);
 }
 
@@ -245,13 +306,14 @@ static void test_gpu_register_errors(void **state)
 static void test_gpu_transfer_errors(void **state)
 {
     (void)state;
+    SKIP_IF_REAL();
     kvt_client *c = td_connect(&D);
-    struct kve e;
+    static struct deng e;
     fx_shape s = shape();
     kvt_kv_reg reg;
     kvt_key k[NK];
     int32_t ids[NK * 2];
-    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 11), 0);
+    deng_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 11);
     assert_int_equal(reg_gpu(c, &e, "gpu/xerr", 0, &reg), KVT_OK);
     for (size_t i = 0; i < NK; i++) k[i] = td_key(1100 + i);
     for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)i;
@@ -268,13 +330,15 @@ static void test_gpu_transfer_errors(void **state)
     faults("");
     assert_int_equal(xfer(c, 1, "gpu/xerr", reg, k, ids).err, KVT_OK);
     faults("scatter");
-    uint64_t sum = kve_sum(&e);
+    deng_pull(&e);
+    uint64_t sum = kve_sum(&e.h);
     kvt_xfer_status st = xfer(c, 0, "gpu/xerr", reg, k, ids + 0);
     assert_int_equal(st.err, KVT_EIO);
     assert_non_null(strstr(st.msg, "CUDA scatter failed"));
-    assert_int_equal(kve_sum(&e), sum);
+    deng_pull(&e);
+    assert_int_equal(kve_sum(&e.h), sum);
     faults("");
-    kve_close(&e);
+    deng_close(&e);
     kvt_close(c);
 }
 
@@ -282,22 +346,23 @@ static void test_gpu_transfer_errors(void **state)
 static void test_gpu_no_stream(void **state)
 {
     (void)state;
+    SKIP_IF_REAL();
     struct tdaemon d = {0};
     assert_int_equal(start_fake(&d, "stream_create", NULL), 0);
     kvt_client *c = td_connect(&d);
-    struct kve e;
+    static struct deng e;
     fx_shape s = shape();
     kvt_kv_reg reg;
     kvt_key k[NK];
     int32_t ids[NK * 2];
-    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 13), 0);
+    deng_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 13);
     assert_int_equal(reg_gpu(c, &e, "gpu/stream", 0, &reg), KVT_OK);
     for (size_t i = 0; i < NK; i++) k[i] = td_key(1300 + i);
     for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)i;
     kvt_xfer_status st = xfer(c, 1, "gpu/stream", reg, k, ids);
     assert_int_equal(st.err, KVT_EIO);
     assert_non_null(strstr(st.msg, "stream_create failed"));
-    kve_close(&e);
+    deng_close(&e);
     kvt_close(c);
     assert_int_equal(td_stop(&d), 0);
     td_cleanup(&d);
@@ -326,10 +391,11 @@ static void save_n(kvt_client *c, kvt_kv_reg reg, uint64_t seed, size_t n,
     free(k);
 }
 
-/* Load NK keys from seed into blocks dst; 1 if each matches src of e. */
-static int load_matches(kvt_client *c, kvt_kv_reg reg, struct kve *into,
-                        uint64_t seed, const int32_t *dst, const struct kve *from,
-                        const int32_t *src)
+/* Load NK keys from seed into blocks dst; 1 if each matches src of from
+ * (device tensors: pulled into their mirrors first). */
+static int load_matches(kvt_client *c, kvt_kv_reg reg, struct deng *into,
+                        int host, uint64_t seed, const int32_t *dst,
+                        struct deng *from, const int32_t *src)
 {
     kvt_key k[NK];
     uint32_t bpc = CT / shape().block_size;
@@ -339,13 +405,15 @@ static int load_matches(kvt_client *c, kvt_kv_reg reg, struct kve *into,
     assert_int_equal(kvt_kv_load(c, "gpu/hbm", reg, k, NK, dst, NK * bpc, &x), KVT_OK);
     assert_int_equal(kve_wait1(c, x, &st), KVT_OK);
     assert_int_equal(st.err, KVT_OK);
+    if (!host) deng_pull(into);
+    deng_pull(from);
     size_t len;
     int ok = 1;
     for (size_t i = 0; i < NK; i++) {
-        len = kvt_layout_chunk_bytes(&into->f.d, CT);
+        len = kvt_layout_chunk_bytes(&into->h.f.d, CT);
         uint8_t *a = malloc(len), *b = malloc(len);
-        kvt_gather_cpu(&into->f.d, dst + i * bpc, bpc, a, len);
-        kvt_gather_cpu(&from->f.d, src + i * bpc, bpc, b, len);
+        kvt_gather_cpu(&into->h.f.d, dst + i * bpc, bpc, a, len);
+        kvt_gather_cpu(&from->h.f.d, src + i * bpc, bpc, b, len);
         ok &= memcmp(a, b, len) == 0;
         free(a);
         free(b);
@@ -360,30 +428,30 @@ static void test_hbm_copies(void **state)
 {
     (void)state;
     kvt_client *c = td_connect(&D);
-    struct kve e, h;
+    static struct deng e, h;
     fx_shape s = shape();
     kvt_kv_reg rg, rh;
     static int32_t ids[200 * 2];
     int32_t dst[NK * 2];
-    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 21), 0);
-    assert_int_equal(kve_open(&h, KVT_LAYOUT_VLLM_FLASH_HND, &s, 22), 0);
+    deng_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 21);
+    deng_open(&h, KVT_LAYOUT_VLLM_FLASH_HND, &s, 22);
     assert_int_equal(reg_gpu(c, &e, "gpu/hbm", 0, &rg), KVT_OK);
-    assert_int_equal(kve_register(c, &h, "gpu/hbm", CT, &rh, NULL), KVT_OK);
+    assert_int_equal(kve_register(c, &h.h, "gpu/hbm", CT, &rh, NULL), KVT_OK);
     for (size_t i = 0; i < 400; i++) ids[i] = (int32_t)(i % 12);
     for (size_t i = 0; i < NK * 2; i++) dst[i] = (int32_t)(12 + i);
     kvt_kv_stats s0 = kvs(c);
     save_n(c, rg, 2100, NK, ids);
     assert_int_equal(kvs(c).hbm_used, s0.hbm_used + NK * 65536);
-    assert_true(load_matches(c, rg, &e, 2100, dst, &e, ids));
+    assert_true(load_matches(c, rg, &e, 0, 2100, dst, &e, ids));
     assert_int_equal(kvs(c).hbm_loaded_chunks, s0.hbm_loaded_chunks + NK);
-    assert_true(load_matches(c, rh, &h, 2100, dst, &e, ids)); /* host: DRAM */
+    assert_true(load_matches(c, rh, &h, 1, 2100, dst, &e, ids)); /* host: DRAM */
     assert_int_equal(kvs(c).hbm_loaded_chunks, s0.hbm_loaded_chunks + NK);
     /* 200 more copies do not fit in 8M of 64K units: the oldest go. */
     save_n(c, rg, 3000, 200, ids);
     kvt_kv_stats s1 = kvs(c);
     assert_true(s1.hbm_demoted > s0.hbm_demoted);
     assert_true(s1.hbm_used <= s1.hbm_bytes);
-    assert_true(load_matches(c, rg, &e, 2100, dst, &e, ids)); /* from DRAM */
+    assert_true(load_matches(c, rg, &e, 0, 2100, dst, &e, ids)); /* from DRAM */
     assert_int_equal(kvs(c).hbm_loaded_chunks, s1.hbm_loaded_chunks);
     /* Deleted and saved again from other blocks: the new bytes load. */
     kvt_key k[NK];
@@ -394,16 +462,19 @@ static void test_hbm_copies(void **state)
     int32_t other[NK * 2];
     for (size_t i = 0; i < NK * 2; i++) other[i] = (int32_t)(18 + i);
     save_n(c, rg, 3197, NK, other);
-    assert_true(load_matches(c, rg, &e, 3197, dst, &e, other));
-    /* A copy that cannot be filled is not made; the SAVE still is. */
-    kvt_kv_stats s2 = kvs(c);
-    faults("memcpy");
-    save_n(c, rg, 4000, NK, ids);
-    faults("");
-    assert_true(load_matches(c, rg, &e, 4000, dst, &e, ids));
-    assert_int_equal(kvs(c).hbm_loaded_chunks, s2.hbm_loaded_chunks); /* no copy */
-    kve_close(&e);
-    kve_close(&h);
+    assert_true(load_matches(c, rg, &e, 0, 3197, dst, &e, other));
+    if (!real) { /* a copy that cannot be filled is not made; the SAVE is */
+        kvt_kv_stats s2 = kvs(c);
+        faults("memcpy");
+        save_n(c, rg, 4000, NK, ids);
+        faults("");
+        assert_true(load_matches(c, rg, &e, 0, 4000, dst, &e, ids));
+        assert_int_equal(kvs(c).hbm_loaded_chunks, s2.hbm_loaded_chunks);
+    }
+    kvt_kv_unregister(c, rg);
+    kvt_kv_unregister(c, rh);
+    deng_close(&e);
+    deng_close(&h);
     kvt_close(c);
 }
 
@@ -412,6 +483,7 @@ static void test_hbm_copies(void **state)
 static void test_gpu_startup_faults(void **state)
 {
     (void)state;
+    SKIP_IF_REAL();
     struct tdaemon d = {0};
     assert_int_equal(start_fake(&d, "host_register", NULL), 0);
     kvt_client *c = td_connect(&d);
@@ -424,10 +496,8 @@ static void test_gpu_startup_faults(void **state)
     struct tdaemon h = {0};
     assert_int_equal(td_init(&h), 0);
     const char *extra[] = {"--hbm-bytes", "8M", NULL};
-    setenv("KVT_CUDA_LIB", fake_lib, 1);
     setenv("KVT_FAKE_CUDA_FAIL", "dev_alloc", 1);
     pid_t pid = td_spawn(&h, extra);
-    unsetenv("KVT_CUDA_LIB");
     unsetenv("KVT_FAKE_CUDA_FAIL");
     assert_int_equal(td_wait_exit(pid, 20000), 1);
     assert_true(td_log_has(&h, "hbm: cannot set up"));
