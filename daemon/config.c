@@ -363,6 +363,23 @@ static void format_range(const struct cfg_key *k, char *buf, size_t len)
     snprintf(buf, len, "; range %s to %s", lo, hi);
 }
 
+/* "# text" folded at 76 columns on spaces. */
+static void print_wrapped(FILE *f, const char *text)
+{
+    const char *p = text;
+    while (*p) {
+        size_t n = strlen(p);
+        if (n > 74) {
+            n = 74;
+            while (n > 0 && p[n] != ' ') n--;
+            if (n == 0) n = strcspn(p, " ");
+        }
+        fprintf(f, "# %.*s\n", (int)n, p);
+        p += n;
+        while (*p == ' ') p++;
+    }
+}
+
 static void print_key(FILE *f, const struct cfg_key *k,
                       const struct kvt_config *c, const struct kvt_config *def)
 {
@@ -370,11 +387,11 @@ static void print_key(FILE *f, const struct cfg_key *k,
     format_value(c, k, val, sizeof val);
     format_value(def, k, dv, sizeof dv);
     format_range(k, range, sizeof range);
-    fprintf(f, "# %s\n# unit: %s%s; default: %s%s%s\n", k->help, k->unit, range,
-            dv[0] ? dv : "(empty)", k->reload ? "; SIGHUP reloads it" : "",
-            strcmp(val, dv) ? "; set here" : "");
-    if (strcmp(val, dv) == 0) fprintf(f, "#%s = %s\n", k->name, val);
-    else fprintf(f, "%s = %s\n", k->name, val);
+    print_wrapped(f, k->help);
+    fprintf(f, "# unit: %s%s; default: %s%s\n", k->unit, range,
+            dv[0] ? dv : "(empty)", k->reload ? "; SIGHUP reloads it" : "");
+    fprintf(f, "%s%s =%s%s\n", strcmp(val, dv) ? "" : "#", k->name,
+            val[0] ? " " : "", val);
 }
 
 void config_print_reference(FILE *f, const struct kvt_config *c)

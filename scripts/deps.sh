@@ -11,6 +11,7 @@ pkgs=(
   libxxhash-dev libssl-dev libinih-dev libcmocka-dev
   python3 python3-cbor2
   redis-server libhiredis-dev fio
+  systemd prometheus python3-yaml groff-base
 )
 
 missing=()
