@@ -342,16 +342,27 @@ static void begin_drain(struct kvtierd *d, unsigned signo)
     notify(st);
 }
 
+/* Work clients began and have not finished: leases, and GPU transfers
+ * not yet collected or waited on. */
+static uint64_t unfinished(const struct kvtierd *d)
+{
+    uint64_t n = d->leases.count;
+    if (d->kvc) n += d->kvc->n_xfers + d->kvc->n_waiters;
+    return n;
+}
+
 /* 1 once the drain is over: nothing left, or out of time (then cancel). */
 static int drain_done(struct kvtierd *d)
 {
     uint64_t now = kvtierd_clock(d);
-    if (d->leases.count == 0 && now - d->last_work_ms >= DRAIN_QUIET_MS)
+    if (unfinished(d) == 0 && now - d->last_work_ms >= DRAIN_QUIET_MS)
         return 1;
     if (now < d->drain_deadline) return 0;
-    if (d->leases.count) {
-        log_warn("main", "drain deadline passed: cancelling %llu lease(s)",
-                 (unsigned long long)d->leases.count);
+    if (unfinished(d)) {
+        log_warn("main", "drain deadline passed: cancelling %llu lease(s); "
+                 "%llu GPU transfer(s) left uncollected",
+                 (unsigned long long)d->leases.count,
+                 (unsigned long long)(unfinished(d) - d->leases.count));
         d->met.leases_cancelled += d->leases.count;
         lease_drop_all(d);
     }
