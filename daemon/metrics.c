@@ -6,9 +6,9 @@
  * then shows 0, not "no data"). Label values are escaped as the exposition
  * format asks (backslash, double quote, newline); namespace names may hold
  * any printable byte. Series that do not exist yet are documented, not
- * faked: there is one tier (dram) today, so per-tier series carry only
- * tier="dram"; demotions need a lower tier, so that family has no sample;
- * there are no peers, so the peer gauges read 0.
+ * faked: per-tier gauges carry the tiers this daemon runs (dram, and hbm
+ * with a GPU pool); a demotion series exists once a pair of tiers does;
+ * there are no peers yet, so the peer gauges read 0.
  */
 #include "metrics.h"
 
@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hbm.h"
+#include "kvcache.h"
 #include "kvtier.pb-c.h"
 #include "kvtierd.h"
 
@@ -174,25 +176,78 @@ static void render_process(struct sbuf *b, struct kvtierd *d)
            d->met.reloads_failed);
 }
 
-static void render_tiers(struct sbuf *b, struct kvtierd *d)
+/* The tiers this daemon runs: dram always, hbm when a GPU pool is open. */
+struct tier_row {
+    const char *label;
+    struct tier *t;
+    double high, low;
+};
+
+static int tier_rows(struct kvtierd *d, struct tier_row *rows)
 {
-    struct tier_usage u;
-    d->dram->tier.ops->usage(&d->dram->tier, &u);
-    const char *t = "tier=\"dram\"";
-    one(b, "kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.", t,
-        u.capacity);
-    one(b, "kvtier_tier_used_bytes", "gauge",
-        "Bytes allocated in each tier (committed and in-flight chunks).", t,
-        u.used);
-    one(b, "kvtier_tier_high_watermark_bytes", "gauge",
-        "Usage above which eviction starts.", t,
-        (uint64_t)((double)u.capacity * d->cfg.high_watermark));
-    one(b, "kvtier_tier_low_watermark_bytes", "gauge",
-        "Usage eviction brings the tier down to.", t,
-        (uint64_t)((double)u.capacity * d->cfg.low_watermark));
+    int n = 0;
+    rows[n++] = (struct tier_row){"tier=\"dram\"", &d->dram->tier,
+                                  d->cfg.high_watermark, d->cfg.low_watermark};
+    if (d->kvc && d->kvc->hbm)
+        rows[n++] = (struct tier_row){"tier=\"hbm\"", &d->kvc->hbm->tier, -1, -1};
+    return n;
+}
+
+static void tier_gauges(struct sbuf *b, struct kvtierd *d)
+{
+    struct tier_row rows[4];
+    struct tier_usage u[4];
+    int n = tier_rows(d, rows);
+    for (int i = 0; i < n; i++) rows[i].t->ops->usage(rows[i].t, &u[i]);
+    family(b, "kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.");
+    for (int i = 0; i < n; i++) sample(b, "kvtier_tier_capacity_bytes", rows[i].label, u[i].capacity);
+    family(b, "kvtier_tier_used_bytes", "gauge",
+           "Bytes allocated in each tier (committed and in-flight chunks).");
+    for (int i = 0; i < n; i++) sample(b, "kvtier_tier_used_bytes", rows[i].label, u[i].used);
+    family(b, "kvtier_tier_high_watermark_bytes", "gauge",
+           "Usage above which eviction starts (tiers with watermarks).");
+    for (int i = 0; i < n; i++)
+        if (rows[i].high >= 0)
+            sample(b, "kvtier_tier_high_watermark_bytes", rows[i].label,
+                   (uint64_t)((double)u[i].capacity * rows[i].high));
+    family(b, "kvtier_tier_low_watermark_bytes", "gauge",
+           "Usage eviction brings the tier down to (tiers with watermarks).");
+    for (int i = 0; i < n; i++)
+        if (rows[i].low >= 0)
+            sample(b, "kvtier_tier_low_watermark_bytes", rows[i].label,
+                   (uint64_t)((double)u[i].capacity * rows[i].low));
     family(b, "kvtier_tier_fragmentation_ratio", "gauge",
            "1 - largest free block / free bytes (0: unfragmented).");
-    sb_printf(b, "kvtier_tier_fragmentation_ratio{%s} %.6f\n", t, u.fragmentation);
+    for (int i = 0; i < n; i++)
+        sb_printf(b, "kvtier_tier_fragmentation_ratio{%s} %.6f\n", rows[i].label,
+                  u[i].fragmentation);
+}
+
+/* GPU data path (kvcache.c): chunks saved from and loaded into engine
+ * KV tensors, LOADs served from HBM, and HBM copies dropped for room
+ * (DRAM keeps the chunk: a demotion from an inclusive cache). */
+static void render_gpu(struct sbuf *b, struct kvtierd *d)
+{
+    const struct kvc_counters z = {0}, *st = d->kvc ? &d->kvc->st : &z;
+    family(b, "kvtier_demotions_total", "counter",
+           "Chunks that left a tier for the one below it.");
+    if (d->kvc && d->kvc->hbm)
+        sample(b, "kvtier_demotions_total", "from=\"hbm\",to=\"dram\"", st->hbm_demoted);
+    family(b, "kvtier_gpu_chunks_total", "counter",
+           "Chunks moved between engine GPU tensors and the cache, by op.");
+    sample(b, "kvtier_gpu_chunks_total", "op=\"save\"", st->saved);
+    sample(b, "kvtier_gpu_chunks_total", "op=\"load\"", st->loaded);
+    one(b, "kvtier_gpu_load_hbm_chunks_total", "counter",
+        "Chunks of GPU loads served from the HBM tier (device to device).", "",
+        st->hbm_loaded);
+    one(b, "kvtier_gpu_transfer_failures_total", "counter",
+        "GPU save or load transfers that failed.", "", st->failed);
+}
+
+static void render_tiers(struct sbuf *b, struct kvtierd *d)
+{
+    const char *t = "tier=\"dram\"";
+    tier_gauges(b, d);
     one(b, "kvtier_tier_chunks", "gauge", "Committed chunks in each tier.", t,
         d->idx.n_ready);
     one(b, "kvtier_tier_bytes_in_total", "counter",
@@ -202,8 +257,7 @@ static void render_tiers(struct sbuf *b, struct kvtierd *d)
         d->st.bytes_out);
     one(b, "kvtier_evictions_total", "counter",
         "Chunks dropped from each tier to make room.", t, d->st.evictions);
-    family(b, "kvtier_demotions_total", "counter",
-           "Chunks moved to a lower tier (no lower tier configured yet).");
+    render_gpu(b, d);
     one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",
         "", d->st.puts);
 }
