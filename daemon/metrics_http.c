@@ -12,7 +12,8 @@
  * scrape costs one render when it happens and nothing otherwise. A stuck
  * core thread shows up as scrape timeouts, which is what an operator should
  * see. The queue is bounded (QUEUE_MAX); a scrape that finds it full, or
- * arrives while the daemon closes, gets 503 at once.
+ * arrives while the daemon closes, gets 503 at once. Tests shrink the bound
+ * with KVT_FAULT_METRICS_QUEUE=N (0: refuse every scrape) to drive that.
  */
 #include "metrics_http.h"
 
@@ -39,7 +40,7 @@ struct metrics_http {
     int efd;
     pthread_mutex_t q_mtx; /* guards q, n_q and closing */
     nng_aio *q[QUEUE_MAX];
-    int n_q;
+    int n_q, max_q;
     int closing;
 };
 
@@ -67,7 +68,7 @@ static void on_scrape(nng_aio *aio)
     nng_http_handler *h = nng_aio_get_input(aio, 1);
     struct metrics_http *m = nng_http_handler_get_data(h);
     pthread_mutex_lock(&m->q_mtx);
-    int refuse = m->closing || m->n_q == QUEUE_MAX, was_empty = m->n_q == 0;
+    int refuse = m->closing || m->n_q >= m->max_q, was_empty = m->n_q == 0;
     if (!refuse) m->q[m->n_q++] = aio;
     pthread_mutex_unlock(&m->q_mtx);
     if (refuse) {
@@ -162,12 +163,20 @@ static int start(struct metrics_http *m, const char *listen, char *url,
     return 0;
 }
 
+static int queue_bound(void)
+{
+    const char *v = getenv("KVT_FAULT_METRICS_QUEUE");
+    int n = v && v[0] ? atoi(v) : QUEUE_MAX;
+    return n < 0 || n > QUEUE_MAX ? QUEUE_MAX : n;
+}
+
 int metrics_http_open(const char *listen, struct metrics_http **out,
                       char *url, size_t urllen, char *err, size_t errlen)
 {
     struct metrics_http *m = calloc(1, sizeof *m);
     if (!m) abort();
     pthread_mutex_init(&m->q_mtx, NULL);
+    m->max_q = queue_bound();
     m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (m->efd < 0) {
         snprintf(err, errlen, "metrics: eventfd: %s", strerror(errno));

@@ -106,6 +106,28 @@ static void test_unreachable_notify_socket(void **state)
     assert_int_equal(td_stop(&D), 0);
 }
 
+/* A scrape that finds the hand-off queue full gets 503 at once (the bound
+ * shrunk to 0 so every scrape finds it full); the daemon serves on. */
+static void test_scrape_queue_full(void **state)
+{
+    (void)state;
+    char base[128], *body = NULL;
+    int status = 0;
+    setenv("KVT_FAULT_METRICS_QUEUE", "0", 1);
+    assert_int_equal(td_init(&D), 0);
+    const char *extra[] = {"--metrics.listen", "127.0.0.1:0", NULL};
+    int rc = td_start(&D, extra);
+    unsetenv("KVT_FAULT_METRICS_QUEUE");
+    assert_int_equal(rc, 0);
+    assert_int_equal(ops_metrics_base(&D, base, sizeof base, 5000), 0);
+    assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 503);
+    free(body);
+    kvt_client *c = td_connect(&D);
+    kvt_close(c);
+    assert_int_equal(td_stop(&D), 0);
+}
+
 /* Run kvtierd with argv (no daemon started); its exit status. */
 static int run_cmd(const char *const *argv)
 {
@@ -144,6 +166,7 @@ int main(void)
         cmocka_unit_test_teardown(test_metrics_port_taken, teardown),
         cmocka_unit_test_teardown(test_unreachable_notify_socket, teardown),
         cmocka_unit_test_teardown(test_print_config_checks, teardown),
+        cmocka_unit_test_teardown(test_scrape_queue_full, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
