@@ -444,16 +444,14 @@ static void test_shutdown_mid_transfer(void **state)
                            NULL};
     assert_int_equal(start_slow(&d2, extra), 0);
     kvt_client *c = td_connect(&d2);
-    struct kve e;
-    kvt_kv_reg reg;
-    kvt_xfer x = slow_save(c, &e, &reg, 31);
-    kvt_xfer y = slow_save(c, &e, &reg, 32);
-    kvt_xfer z = slow_save(c, &e, &reg, 33); /* queued behind two */
-    (void)x, (void)y, (void)z;
+    struct kve e[3];
+    kvt_kv_reg reg[3];
+    for (int i = 0; i < 3; i++) /* the third queued behind two */
+        (void)slow_save(c, &e[i], &reg[i], 31 + (uint64_t)i);
     usleep(50000);
     assert_int_equal(td_stop(&d2), 0);
     kvt_close(c);
-    kve_close(&e);
+    for (int i = 0; i < 3; i++) kve_close(&e[i]);
     td_cleanup(&d2);
 }
 

@@ -50,8 +50,8 @@ static inline int kve_open(struct kve *e, kvt_layout_kind kind,
     e->f.tensor_bytes = e->f.d.tensor_bytes;
     e->len = KVE_HEADER + e->f.n_tensors * tb;
     snprintf(e->path, sizeof e->path, "/dev/shm/kvt-engine-%d-%u", (int)getpid(),
-             serial++);
-    int fd = open(e->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+             __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED)); /* threads too */
+    int fd = open(e->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)e->len) != 0) return -1;
     void *m = mmap(NULL, e->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
