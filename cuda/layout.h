@@ -69,35 +69,7 @@ extern "C" {
 
 #define KVT_LAYOUT_MAX_LAYERS 256
 
-typedef enum kvt_layout_kind {
-    KVT_LAYOUT_NONE = 0,
-    KVT_LAYOUT_VLLM_FLASH_NHD = 1,
-    KVT_LAYOUT_VLLM_FLASH_HND = 2,
-    KVT_LAYOUT_FLASHINFER_NHD = 3,
-    KVT_LAYOUT_FLASHINFER_HND = 4,
-    KVT_LAYOUT_VLLM_CROSS_NHD = 5,
-    KVT_LAYOUT_VLLM_CROSS_HND = 6,
-    KVT_LAYOUT_SGLANG_MHA = 7,
-    KVT_LAYOUT_MLA = 8,
-    KVT_LAYOUT_CUSTOM = 9,
-    KVT_LAYOUT_KIND_COUNT
-} kvt_layout_kind;
-
-/* What the engine knows about its tensors. */
-typedef struct kvt_layout_params {
-    kvt_layout_kind kind;
-    uint32_t num_layers;
-    uint32_t num_blocks;   /* per layer; SGLang: token slots / page_size */
-    uint32_t block_size;   /* tokens per block (SGLang: page_size) */
-    uint32_t num_kv_heads; /* MLA: 1 */
-    uint32_t head_size;    /* elements per row; MLA: kv_lora_rank + rope */
-    uint32_t elem_size;    /* bytes per element: 1 (fp8), 2 (bf16), 4 */
-    const uint64_t *bases; /* tensor addresses, as many as the kind says */
-    size_t n_bases;
-    /* CUSTOM only: bases[l * num_kv + kv], strides in bytes. */
-    uint32_t num_kv;
-    uint64_t block_stride, token_stride, head_stride;
-} kvt_layout_params;
+/* kvt_layout_kind and kvt_layout_params are public: see kvtier.h. */
 
 /* A validated descriptor. Read the fields; write only cpu_threads. */
 typedef struct kvt_layout {

@@ -245,9 +245,8 @@ kvt_err kvt_stats_get(kvt_client *c, kvt_stats *out);
  * daemon's worker threads copy; kvt_kv_poll and kvt_kv_wait collect the
  * result, so an engine step never waits on kvtier unless it asks to.
  *
- * The cache is described by the kvt_layout_params of layout.h (cuda/ in
- * the source tree; it includes this header): kind, shape, element size,
- * and one address per tensor. Chunk i of a transfer covers blocks
+ * The cache is described by a kvt_layout_params: kind, shape, element
+ * size, and one address per tensor. Chunk i of a transfer covers blocks
  * block_ids[i * bpc .. (i + 1) * bpc), bpc = chunk_tokens / block_size,
  * and is stored in kvtier's canonical order, so a chunk saved through one
  * layout loads through any other of the same shape (layers, K/V, heads,
@@ -275,7 +274,39 @@ kvt_err kvt_stats_get(kvt_client *c, kvt_stats *out);
  */
 typedef uint64_t kvt_kv_reg;
 typedef uint64_t kvt_xfer;
-struct kvt_layout_params; /* layout.h */
+
+/* Where K and V of block b live, per engine and attention backend (the
+ * exact shapes and strides of each kind: cuda/layout.h in the sources). */
+typedef enum kvt_layout_kind {
+    KVT_LAYOUT_NONE = 0,
+    KVT_LAYOUT_VLLM_FLASH_NHD = 1,
+    KVT_LAYOUT_VLLM_FLASH_HND = 2,
+    KVT_LAYOUT_FLASHINFER_NHD = 3,
+    KVT_LAYOUT_FLASHINFER_HND = 4,
+    KVT_LAYOUT_VLLM_CROSS_NHD = 5,
+    KVT_LAYOUT_VLLM_CROSS_HND = 6,
+    KVT_LAYOUT_SGLANG_MHA = 7,
+    KVT_LAYOUT_MLA = 8,
+    KVT_LAYOUT_CUSTOM = 9,
+    KVT_LAYOUT_KIND_COUNT
+} kvt_layout_kind;
+
+/* What the engine knows about its tensors. */
+typedef struct kvt_layout_params {
+    kvt_layout_kind kind;
+    uint32_t num_layers;
+    uint32_t num_blocks;   /* per layer; SGLang: token slots / page_size */
+    uint32_t block_size;   /* tokens per block (SGLang: page_size) */
+    uint32_t num_kv_heads; /* MLA: 1 */
+    uint32_t head_size;    /* elements per row; MLA: kv_lora_rank + rope */
+    uint32_t elem_size;    /* bytes per element: 1 (fp8), 2 (bf16), 4 */
+    const uint64_t *bases; /* tensor addresses, as many as the kind says */
+    size_t n_bases;
+    /* CUSTOM only: bases[l * num_kv + kv], strides in bytes. */
+    uint32_t num_kv;
+    uint64_t block_stride, token_stride, head_stride;
+} kvt_layout_params;
+
 
 typedef struct kvt_kv_info {
     uint64_t chunk_bytes;      /* one chunk in the pool */
