@@ -70,6 +70,40 @@ static const struct cfg_key keys[] = {
      "bytes", 0, "daemon-owned GPU pool above DRAM (the HBM tier, device 0); "
      "0: off. Needs a GPU: kvtierd will not start with hbm_bytes > 0 where "
      "GPU transfers are unavailable"},
+    {"dram", "adopt", CFG_U64, F(dram_adopt), "1", 0, 1, "bool", 0,
+     "1: a stop leaves the pool file and a journal of its chunks in state_dir, "
+     "and the next kvtierd adopts them (checksums verified before serving), so "
+     "a restart or upgrade keeps the DRAM cache; 0: the pool starts empty and "
+     "is removed at stop"},
+    {"nvme", "dirs", CFG_STR, F(nvme_dirs), "", 0, 0, "paths", 0,
+     "comma-separated data directories, one per device (O_DIRECT files); "
+     "empty: <state_dir>/nvme"},
+    {"nvme", "nvme_bytes", CFG_BYTES, F(nvme_bytes), "0", 0, 1125899906842624.0,
+     "bytes", 0, "NVMe tier capacity per directory; 0: no NVMe tier. Data files "
+     "are created (fallocated) as space is needed"},
+    {"nvme", "file_bytes", CFG_BYTES, F(nvme_file_bytes), "1G", 1048576,
+     1099511627776.0, "bytes", 0, "size of each preallocated data file"},
+    {"nvme", "queue_depth", CFG_U64, F(nvme_queue_depth), "32", 1, 4096, "count",
+     0, "io_uring operations in flight at once"},
+    {"nvme", "register_buffers", CFG_U64, F(nvme_register_buffers), "1", 0, 1,
+     "bool", 0, "1: register the DRAM pool with io_uring (fixed buffers) when "
+     "the locked-memory limit allows, else plain reads and writes; 0: never"},
+    {"nvme", "write_through", CFG_U64, F(nvme_write_through), "0", 0, 1, "bool",
+     0, "0: write-back (a chunk is written to NVMe when DRAM evicts it); 1: "
+     "write-through (every commit is also written to NVMe)"},
+    {"nvme", "nvme_high_watermark", CFG_FRAC, F(nvme_high_watermark), "0.95",
+     0.01, 1.0, "fraction", 1, "NVMe usage above which its coldest leaves are "
+     "dropped"},
+    {"nvme", "nvme_low_watermark", CFG_FRAC, F(nvme_low_watermark), "0.85", 0.0,
+     1.0, "fraction", 1, "NVMe usage that dropping brings it down to"},
+    {"nvme", "index_path", CFG_STR, F(nvme_index_path), "", 0, 0, "path", 0,
+     "RocksDB directory of the NVMe index; empty: <state_dir>/nvme-index"},
+    {"nvme", "fsync", CFG_U64, F(nvme_fsync), "1", 0, 1, "bool", 0,
+     "1: fdatasync data files before their records are indexed (the index "
+     "then survives power loss too); 0: survive process crashes only"},
+    {"nvme", "get_deadline_ms", CFG_U64, F(nvme_get_deadline_ms), "2000", 1,
+     600000, "ms", 1, "how long a GET that names no deadline waits for chunks "
+     "read back from NVMe before answering with what is in DRAM"},
     {"metrics", "listen", CFG_ADDR, F(metrics_listen), "127.0.0.1:9464", 0,
      65535, "host:port", 0,
      "address of the Prometheus /metrics endpoint; port 0 picks a free one; "
@@ -310,6 +344,18 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "daemon.tcp '%s': want tcp://host:port", c->tcp);
         return -1;
     }
+    if (c->nvme_low_watermark >= c->nvme_high_watermark) {
+        snprintf(err, errlen, "nvme.nvme_low_watermark (%g) must be below "
+                 "nvme.nvme_high_watermark (%g)", c->nvme_low_watermark,
+                 c->nvme_high_watermark);
+        return -1;
+    }
+    if (c->nvme_dirs[0] == '\0')
+        snprintf(c->nvme_dirs, sizeof c->nvme_dirs, "%.*s/nvme", CFG_STR_MAX - 8,
+                 c->state_dir);
+    if (c->nvme_index_path[0] == '\0')
+        snprintf(c->nvme_index_path, sizeof c->nvme_index_path, "%.*s/nvme-index",
+                 CFG_STR_MAX - 16, c->state_dir);
     if (c->pool_path[0] == '\0')
         snprintf(c->pool_path, sizeof c->pool_path, "/dev/shm/kvtier-%016llx.pool",
                  (unsigned long long)XXH3_64bits(c->socket, strlen(c->socket)));

@@ -41,6 +41,18 @@ struct kvt_config {
     char pool_group[64];          /* group that may map the pool */
     /* [hbm] */
     uint64_t hbm_bytes;           /* GPU pool of the HBM tier; 0: off */
+    /* [nvme] and DRAM adoption (nvstore.c, journal.c) */
+    uint64_t dram_adopt;          /* keep the pool file and adopt it at start */
+    char nvme_dirs[CFG_STR_MAX];  /* comma list; empty: <state_dir>/nvme */
+    uint64_t nvme_bytes;          /* per directory; 0: no NVMe tier */
+    uint64_t nvme_file_bytes;     /* size of each preallocated data file */
+    uint64_t nvme_queue_depth;    /* io_uring entries */
+    uint64_t nvme_register_buffers; /* try fixed buffers over the pool */
+    uint64_t nvme_write_through;  /* 1: every commit is also written */
+    double nvme_high_watermark, nvme_low_watermark;
+    char nvme_index_path[CFG_STR_MAX]; /* RocksDB; empty: <state_dir>/nvme-index */
+    uint64_t nvme_fsync;          /* fdatasync data before indexing it */
+    uint64_t nvme_get_deadline_ms; /* GET waits this long for NVMe reads */
     /* [metrics] */
     char metrics_listen[CFG_STR_MAX]; /* host:port of /metrics; "" = off */
 };

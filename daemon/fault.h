@@ -7,6 +7,8 @@
  *
  *     KVT_FAULT="nvme_read=1,nvme_write=3+,nvme_grow=1+,uring_regbuf=1"
  *
+ * (and index_put: a record written but never indexed).
+ *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
  * the core thread, so a run is deterministic. An unknown name stops the
@@ -21,6 +23,8 @@ enum fault_point {
     FAULT_NVME_WRITE,   /* a write completion fails with -ENOSPC */
     FAULT_NVME_GROW,    /* creating (fallocating) a data file: ENOSPC */
     FAULT_URING_REGBUF, /* registering buffers with io_uring: -ENOMEM */
+    FAULT_INDEX_PUT,    /* a written record is not indexed (as if the
+                         * daemon died between the two) */
     FAULT_COUNT
 };
 

@@ -17,6 +17,7 @@
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "nvstore.h"
 #include "wire.h"
 
 struct arena {
@@ -108,6 +109,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
         }
     lease_drop_pipe(d, pipe);
     kvc_pipe_removed(d, pipe);
+    nvs_pipe_removed(d, pipe);
 }
 
 int pipe_alive(const struct kvtierd *d, uint32_t pipe)
@@ -216,8 +218,9 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
             prefix = 0;
             continue;
         }
-        lr->tiers[i] = KVTIER__TIER__TIER_DRAM;
+        lr->tiers[i] = (Kvtier__Tier)idx_top_tier(idx_at(&d->idx, s));
         idx_touch(&d->idx, s, now);
+        if (prefix && q->prefetch && d->nvs) nvs_prefetch(d, &s, 1);
         if (prefix) lr->n_present++;
         if (prefix) hit_bytes += idx_at(&d->idx, s)->size;
     }
@@ -408,8 +411,8 @@ static void fill_slot(struct req *r, Kvtier__Slot *s, uint32_t slot)
     s->checksum = e->csum;
 }
 
-static void get_inline(struct req *r, const Kvtier__Get *q, Kvtier__GetResp *g,
-                       const uint32_t *slots, size_t n)
+static void get_inline(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
+                       size_t n)
 {
     struct kvtierd *d = r->d;
     uint64_t budget = d->cfg.max_msg_bytes, used = 0;
@@ -425,7 +428,6 @@ static void get_inline(struct req *r, const Kvtier__Get *q, Kvtier__GetResp *g,
         g->n_data = g->n_slots = i + 1;
     }
     d->st.bytes_out += used;
-    (void)q;
 }
 
 static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
@@ -442,6 +444,9 @@ static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
     g->n_slots = n;
 }
 
+static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
+                       const uint32_t *slots, size_t n);
+
 static void do_get(struct req *r, const Kvtier__Get *q)
 {
     struct kvtierd *d = r->d;
@@ -456,10 +461,22 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     uint32_t now = kvtierd_secs(d);
     while (n < q->n_keys && (slots[n] = find_ready(d, ns, key_of(&q->keys[n]))) != IDX_NONE)
         idx_touch(&d->idx, slots[n++], now);
+    /* Chunks only on NVMe: read back first; the answer comes later. */
+    if (n && d->nvs && nvs_get(d, r->pipe, r->rsp->id, ns, q->inline_,
+                               (uint32_t)q->n_keys, slots, &n))
+        return;
+    get_answer(r, ns, q->inline_, q->n_keys, slots, n);
+}
+
+/* The GET response for the leading chunks slots[0..n), all in DRAM. */
+static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
+                       const uint32_t *slots, size_t n)
+{
+    struct kvtierd *d = r->d;
     Kvtier__GetResp *g = arena_alloc(r->a, sizeof *g);
     kvtier__get_resp__init(g);
     if (n) {
-        if (q->inline_) get_inline(r, q, g, slots, n);
+        if (inline_) get_inline(r, g, slots, n);
         else get_leased(r, g, slots, n);
     }
     g->slots = arena_alloc(r->a, g->n_slots * sizeof *g->slots);
@@ -470,15 +487,29 @@ static void do_get(struct req *r, const Kvtier__Get *q)
         g->slots[i] = &sl[i];
         hit_bytes += sl[i].size;
     }
-    metrics_hits(d, ns, HIT_GET, g->n_slots, q->n_keys - g->n_slots, hit_bytes);
+    metrics_hits(d, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
     d->st.hits += g->n_slots;
-    d->st.misses += q->n_keys - g->n_slots;
+    d->st.misses += n_keys - g->n_slots;
     if (ns != NS_NONE) {
         d->ns.v[ns].hits += g->n_slots;
-        d->ns.v[ns].misses += q->n_keys - g->n_slots;
+        d->ns.v[ns].misses += n_keys - g->n_slots;
     }
     r->rsp->body_case = KVTIER__RESPONSE__BODY_GET;
     r->rsp->get = g;
+}
+
+void handle_get_answer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                       uint16_t ns, int inline_, uint32_t n_keys,
+                       const uint32_t *slots, size_t n, Kvtier__Response *rsp,
+                       void **scratch)
+{
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a) abort();
+    struct req r = {d, pipe, rsp, a};
+    *scratch = a;
+    kvtier__response__init(rsp);
+    rsp->id = req_id;
+    get_answer(&r, ns, inline_, n_keys, slots, n);
 }
 
 /* ---------------------------------------------------- delete, clear, evict */
@@ -573,6 +604,7 @@ static void do_stats(struct req *r)
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
     kvc_fill_stats(d, s);
+    nvs_fill_stats(r, d, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
     r->rsp->stats = s;
 }
@@ -586,7 +618,7 @@ static void fill_entry(struct req *r, Kvtier__Entry *en, uint32_t s, uint32_t no
     en->key.len = KVT_KEY_LEN;
     en->size = e->size;
     en->checksum = e->csum;
-    en->tier = (Kvtier__Tier)e->tier;
+    en->tier = (Kvtier__Tier)idx_top_tier(e);
     en->pins = e->pins;
     en->age_ms = (uint64_t)(now - e->atime) * 1000;
 }
@@ -644,6 +676,10 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
         kvc_do_transfer(r, r->d, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_WAIT:
         kvc_do_wait(r, r->d, r->pipe, q->kv_wait, r->rsp); break;
+    case KVTIER__REQUEST__BODY_FLUSH:
+        nvs_do_flush(r, r->d, r->pipe, q->flush, r->rsp); break;
+    case KVTIER__REQUEST__BODY_VERIFY:
+        nvs_do_verify(r, r->d, r->pipe, q->verify, r->rsp); break;
     default: fail(r, KVT_EINVAL, "unknown request kind"); break;
     }
 }

@@ -17,6 +17,19 @@
  * chunk below it. A parent is referenced by slot plus generation, so a
  * reference to a slot reused for another chunk is detected and ignored.
  *
+ * Two tiers, two lists (DESIGN §4). A chunk may be held by DRAM, NVMe or
+ * both (idx_entry.tier is a set of IDX_DRAM / IDX_NVME bits). The DRAM
+ * list holds DRAM leaves: no child with a DRAM copy (`children`), so a
+ * chain leaves DRAM (is demoted) from its tail and the prompt prefix
+ * stays in the fast tier. The NVMe list holds NVMe leaves: no ready child
+ * in any tier (idx_nv.kids), because dropping a chunk's last copy makes
+ * every descendant unreachable for prefix hits. A chunk being read from
+ * NVMe (IDX_F_READING) is on neither list; one with I/O in flight is
+ * pinned, which keeps its DRAM copy off the DRAM list as a reader's pin
+ * does. NVMe-side fields live in a parallel array (idx_nv), reserved like
+ * the entries and touched only while an NVMe tier is active
+ * (idx.nv_active), so a DRAM-only daemon pays nothing for it.
+ *
  * Owned by the core thread; no locks.
  */
 #ifndef KVT_INDEX_H
@@ -50,7 +63,28 @@ struct idx_entry {
     uint32_t pins;     /* read leases holding it */
     uint16_t ns;
     uint8_t state;
-    uint8_t tier;
+    uint8_t tier;      /* IDX_DRAM | IDX_NVME: which tiers hold it */
+};
+
+#define IDX_DRAM 0x01u
+#define IDX_NVME 0x02u
+
+/* Flags of idx_nv. */
+#define IDX_F_READING 0x01u /* NVMe -> DRAM read in flight */
+#define IDX_F_WRITING 0x02u /* DRAM -> NVMe write in flight */
+#define IDX_F_DROP 0x04u    /* free the DRAM copy once written */
+#define IDX_F_QUEUED 0x08u  /* waits in the write queue */
+#define IDX_F_SCRUB 0x10u   /* VERIFY is reading its record */
+
+/* The NVMe side of a slot (parallel to the entries). */
+struct idx_nv {
+    uint32_t prev, next; /* NVMe eviction list */
+    uint32_t h;          /* NVMe allocation handle */
+    uint32_t kids;       /* ready children in any tier */
+    uint32_t blk;        /* record offset in its file, 4 KiB units */
+    uint16_t file;
+    uint8_t flags;
+    uint8_t pad;
 };
 
 /* The entry array is one address-space reservation of cap slots, touched
@@ -58,11 +92,15 @@ struct idx_entry {
  * core on a copy; resident memory follows the slots in use. */
 struct idx {
     struct idx_entry *e;
+    struct idx_nv *nv;
     uint32_t cap, used, free_head;
     uint32_t *buckets;
     uint32_t mask;
-    uint32_t lru_head, lru_tail; /* evictable leaves, head = most recent */
+    uint32_t lru_head, lru_tail; /* DRAM leaves, head = most recent */
+    uint32_t nv_head, nv_tail;   /* NVMe leaves, head = most recent */
+    int nv_active;               /* an NVMe tier exists */
     uint64_t n_ready, bytes_ready;
+    uint64_t n_in[2], bytes_in[2]; /* ready chunks per tier: 0 DRAM, 1 NVMe */
 };
 
 /* max_entries bounds the chunks the index can hold (the DRAM tier has at
@@ -86,12 +124,30 @@ void idx_touch(struct idx *x, uint32_t i, uint32_t now_s);
 void idx_pin(struct idx *x, uint32_t i);
 /* Returns the remaining pin count. */
 uint32_t idx_unpin(struct idx *x, uint32_t i);
-/* The coldest evictable leaf, or IDX_NONE. */
+/* The coldest evictable DRAM leaf, or IDX_NONE. */
 static inline uint32_t idx_victim(const struct idx *x) { return x->lru_tail; }
+/* The coldest evictable NVMe leaf, or IDX_NONE. */
+static inline uint32_t idx_victim_nv(const struct idx *x) { return x->nv_tail; }
+
+/* Set which tiers hold a chunk (IDX_DRAM / IDX_NVME bits): counts, the
+ * parent's child counts and both lists follow. */
+void idx_set_tier(struct idx *x, uint32_t i, uint8_t tier);
+/* Set or clear IDX_F_* flags; the lists follow. */
+void idx_set_flags(struct idx *x, uint32_t i, uint8_t set, uint8_t clear);
 
 static inline struct idx_entry *idx_at(const struct idx *x, uint32_t i)
 {
     return &x->e[i];
+}
+static inline struct idx_nv *idx_nv_at(const struct idx *x, uint32_t i)
+{
+    return &x->nv[i];
+}
+/* The fastest tier holding a chunk, as a kvt_tier. */
+static inline kvt_tier idx_top_tier(const struct idx_entry *e)
+{
+    return e->tier & IDX_DRAM ? KVT_TIER_DRAM
+           : e->tier & IDX_NVME ? KVT_TIER_NVME : KVT_TIER_NONE;
 }
 
 /* Resident bytes of the index: touched slots and the bucket array. */

@@ -604,6 +604,9 @@ static kvt_err load_prepare(struct req *r, struct kvtierd *d, struct kvc_xfer *x
         if (s == IDX_NONE || idx_at(&d->idx, s)->state != IDX_READY)
             return req_fail(r, KVT_ENOENT, "key %u of %u is not cached: nothing "
                             "loaded", i, x->n);
+        if (!store_in_dram(d, s)) /* NVMe only: GET or LOOKUP prefetch first */
+            return req_fail(r, KVT_ENOENT, "key %u of %u is on NVMe only (LOOKUP "
+                            "with prefetch brings it up): nothing loaded", i, x->n);
         if (idx_at(&d->idx, s)->size != g->chunk_bytes)
             return req_fail(r, KVT_EINVAL, "key %u is cached as %llu bytes; this "
                             "registration's chunks are %llu bytes (layout or "

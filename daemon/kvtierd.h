@@ -64,6 +64,7 @@ struct counters {
 struct server;
 struct kvc;
 struct metrics_http;
+struct nvs;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -80,6 +81,7 @@ struct kvtierd {
     uint64_t evict_target; /* >0: bytes still to free in slices */
     char gpu[160];
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
+    struct nvs *nvs;       /* the NVMe tier and its policy, or NULL (nvstore.c) */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */
     struct met_core met;
@@ -135,6 +137,16 @@ void store_watermark(struct kvtierd *d);
 uint64_t store_used(const struct kvtierd *d);
 void *store_ptr(const struct kvtierd *d, uint32_t slot);
 uint64_t store_off(const struct kvtierd *d, uint32_t slot);
+/* DRAM space for a chunk read back from NVMe (evicting as a reservation
+ * does); the handle goes to idx_entry.blk. */
+kvt_err store_alloc_dram(struct kvtierd *d, uint64_t size, uint32_t *blk);
+/* Free only the DRAM copy of a chunk that has an NVMe copy. */
+void store_drop_dram(struct kvtierd *d, uint32_t slot);
+/* 1 if the chunk can be served from DRAM now. */
+static inline int store_in_dram(const struct kvtierd *d, uint32_t slot)
+{
+    return (idx_at(&d->idx, slot)->tier & IDX_DRAM) != 0;
+}
 
 /* pipes (handlers.c) */
 void pipe_added(struct kvtierd *d, uint32_t pipe);

@@ -42,6 +42,7 @@
 #include "local.h"
 #include "metrics_http.h"
 #include "notify.h"
+#include "nvstore.h"
 #include "server.h"
 #include "wire.h"
 
@@ -224,10 +225,11 @@ static int open_tiers(struct kvtierd *d)
         log_error("dram", "%s", err);
         return -1;
     }
-    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT) != 0) {
+    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;
     }
+    if (nvs_open(d) != 0) return -1; /* loads the NVMe index */
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
@@ -323,7 +325,7 @@ static int make_fds(int *tfd, int *sfd)
 }
 
 struct loop {
-    int ep, tfd, sfd, sv, lfd, mfd;
+    int ep, tfd, sfd, sv, lfd, mfd, nfd;
     uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
     int running;
 };
@@ -377,6 +379,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     uint64_t now = kvtierd_clock(d);
     lease_expire(d, now);
     store_watermark(d);
+    nvs_tick(d);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
         lp->wd_last = now;
@@ -445,13 +448,14 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->sv = server_fd(d->srv);
     lp->lfd = d->local ? local_fd(d->local) : -1;
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
+    lp->nfd = nvs_fd(d);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
         log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int fds[5] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd};
-    for (int i = 0; i < 5; i++) {
+    int fds[6] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd};
+    for (int i = 0; i < 6; i++) {
         if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
@@ -478,6 +482,7 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->sfd) on_signal(d, lp);
     else if (fd == lp->lfd) local_poll(d->local);
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
+    else if (fd == lp->nfd) nvs_poll(d);
 }
 
 static int run_loop(struct kvtierd *d)
@@ -510,6 +515,7 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
+    nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     metrics_http_close(d->http);
     d->http = NULL;
@@ -517,6 +523,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     d->local = NULL;
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
+    nvs_close(d);
     idx_destroy(&d->idx);
     ns_free(&d->ns);
     dram_close(d->dram, 1);

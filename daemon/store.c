@@ -8,13 +8,23 @@
  * Pinned and uncommitted chunks are never on the eviction list, so they are
  * never evicted. Watermark eviction runs in bounded slices from the core
  * loop so one big commit cannot stall every other client (STYLE §8).
+ *
+ * With an NVMe tier (nvstore.h) leaving DRAM means going down a tier: a
+ * victim that also lives on NVMe just loses its DRAM copy; the watermark
+ * slices start writes of the others (their DRAM copies go once written,
+ * and the slice counts those bytes as on their way out). A reservation
+ * cannot wait for a write, so it takes a clean copy near the cold end
+ * first and drops a dirty chunk only when there is none.
  */
 #include <string.h>
 
 #include "kvtierd.h"
 #include "log.h"
+#include "nvstore.h"
+#include "nvstore_int.h"
 
 #define EVICT_SLICE 256
+#define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */
 
 static struct tier *dram_tier(const struct kvtierd *d)
 {
@@ -56,6 +66,15 @@ static kvt_err alloc_evicting(struct kvtierd *d, uint64_t size,
     }
 }
 
+kvt_err store_alloc_dram(struct kvtierd *d, uint64_t size, uint32_t *blk)
+{
+    struct tier_loc loc;
+    if (size > d->dram->bytes) return KVT_ENOSPC;
+    kvt_err e = alloc_evicting(d, size, &loc);
+    if (e == KVT_OK) *blk = loc.h;
+    return e;
+}
+
 kvt_err store_reserve(struct kvtierd *d, uint16_t ns, const kvt_key *key,
                       uint64_t size, uint32_t *slot)
 {
@@ -86,6 +105,7 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     ni->bytes += e->size;
     d->st.puts++;
     d->st.bytes_in += e->size;
+    if (d->nvs) nvs_committed(d, slot);
 }
 
 void store_free(struct kvtierd *d, uint32_t slot)
@@ -96,9 +116,22 @@ void store_free(struct kvtierd *d, uint32_t slot)
         ni->chunks--;
         ni->bytes -= e->size;
     }
+    if (e->blk != IDX_NONE) {
+        struct tier_loc loc = loc_of(e);
+        dram_tier(d)->ops->free(dram_tier(d), &loc);
+        e->blk = IDX_NONE;
+    }
+    if (d->nvs) nvs_release(d, slot);
+    idx_remove(&d->idx, slot);
+}
+
+void store_drop_dram(struct kvtierd *d, uint32_t slot)
+{
+    struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
     dram_tier(d)->ops->free(dram_tier(d), &loc);
-    idx_remove(&d->idx, slot);
+    e->blk = IDX_NONE;
+    idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
 }
 
 void store_delete(struct kvtierd *d, uint32_t slot)
@@ -120,17 +153,57 @@ static uint64_t free_bytes(const struct kvtierd *d)
     return d->dram->bytes - store_used(d);
 }
 
+/* The victim a reservation takes: the coldest DRAM leaf, or with an NVMe
+ * tier the coldest clean one among the CLEAN_SCAN coldest. */
+static uint32_t sync_victim(const struct kvtierd *d)
+{
+    uint32_t v = idx_victim(&d->idx);
+    if (!d->nvs) return v;
+    for (uint32_t i = v, k = 0; i != IDX_NONE && k < CLEAN_SCAN; k++) {
+        const struct idx_entry *e = idx_at(&d->idx, i);
+        if (e->tier & IDX_NVME) return i;
+        i = e->lru_prev;
+    }
+    return v;
+}
+
+/* Take v's DRAM copy away now: drop it if it is clean, else the chunk. */
+static void evict_now(struct kvtierd *d, uint32_t v)
+{
+    d->st.evictions++;
+    if (idx_at(&d->idx, v)->tier & IDX_NVME) {
+        store_drop_dram(d, v);
+        return;
+    }
+    if (d->nvs) d->nvs->st.lost_dirty++;
+    store_free(d, v);
+}
+
 uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
 {
     uint64_t freed = 0;
     for (uint32_t n = 0; n < max && free_bytes(d) < want_free; n++) {
-        uint32_t v = idx_victim(&d->idx);
+        uint32_t v = sync_victim(d);
         if (v == IDX_NONE) break;
         freed += idx_at(&d->idx, v)->size;
-        store_free(d, v);
-        d->st.evictions++;
+        evict_now(d, v);
     }
     return freed;
+}
+
+/* A watermark slice: clean copies go at once, dirty chunks are demoted
+ * (without an NVMe tier: dropped). 0 when it cannot go on for now. */
+static int evict_slice(struct kvtierd *d, uint64_t want_free)
+{
+    for (uint32_t n = 0; n < EVICT_SLICE; n++) {
+        uint64_t coming = d->nvs ? nvs_demoting_bytes(d) : 0;
+        if (free_bytes(d) + coming >= want_free) return 0;
+        uint32_t v = idx_victim(&d->idx);
+        if (v == IDX_NONE) return 0;
+        if (!d->nvs || (idx_at(&d->idx, v)->tier & IDX_NVME)) evict_now(d, v);
+        else if (!nvs_demote(d, v)) return 0;
+    }
+    return 1;
 }
 
 void store_watermark(struct kvtierd *d)
@@ -140,7 +213,5 @@ void store_watermark(struct kvtierd *d)
     uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);
     if (d->evict_target == 0 && used > high) d->evict_target = cap - low;
     if (d->evict_target == 0) return;
-    store_evict(d, d->evict_target, EVICT_SLICE);
-    if (free_bytes(d) >= d->evict_target || idx_victim(&d->idx) == IDX_NONE)
-        d->evict_target = 0;
+    if (!evict_slice(d, d->evict_target)) d->evict_target = 0;
 }
