@@ -65,6 +65,7 @@ struct server;
 struct kvc;
 struct metrics_http;
 struct nvs;
+struct journal;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -82,6 +83,8 @@ struct kvtierd {
     char gpu[160];
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
     struct nvs *nvs;       /* the NVMe tier and its policy, or NULL (nvstore.c) */
+    struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
+    uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */
     struct met_core met;
@@ -147,6 +150,14 @@ static inline int store_in_dram(const struct kvtierd *d, uint32_t slot)
 {
     return (idx_at(&d->idx, slot)->tier & IDX_DRAM) != 0;
 }
+
+/* adopt.c: the DRAM journal and adopting a predecessor's pool. */
+int adopt_open(struct kvtierd *d);
+void adopt_close(struct kvtierd *d);
+void adopt_added(struct kvtierd *d, uint32_t slot);   /* a DRAM copy is valid */
+void adopt_removed(struct kvtierd *d, uint32_t slot); /* ... no longer */
+void adopt_flush(struct kvtierd *d);
+void adopt_tick(struct kvtierd *d);
 
 /* pipes (handlers.c) */
 void pipe_added(struct kvtierd *d, uint32_t pipe);

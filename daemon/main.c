@@ -221,7 +221,7 @@ static int open_tiers(struct kvtierd *d)
     char err[512] = "";
     struct dram_opts o = {d->cfg.pool_path, d->cfg.pool_bytes,
                           (unsigned)d->cfg.pool_mode, d->cfg.pool_group};
-    if (dram_open(&o, &d->dram, err, sizeof err) != KVT_OK) {
+    if (dram_open_adopt(&o, (int)d->cfg.dram_adopt, &d->dram, err, sizeof err) != KVT_OK) {
         log_error("dram", "%s", err);
         return -1;
     }
@@ -229,7 +229,9 @@ static int open_tiers(struct kvtierd *d)
         log_error("index", "out of memory");
         return -1;
     }
-    if (nvs_open(d) != 0) return -1; /* loads the NVMe index */
+    d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
+    if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
+    if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
@@ -380,6 +382,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     lease_expire(d, now);
     store_watermark(d);
     nvs_tick(d);
+    adopt_tick(d);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
         lp->wd_last = now;
@@ -504,9 +507,9 @@ static int run_loop(struct kvtierd *d)
     return rc;
 }
 
-/* What a restart needs written before exit. Today nothing outlives the
- * process but the pool file (removed on a clean stop); the DRAM journal
- * and the NVMe tier's RocksDB will be synced here. */
+/* What a restart needs written before exit. The pool file (kept with
+ * dram.adopt), its journal and the NVMe index are written out in
+ * shutdown_all (adopt_close, nvs_close), once leases are gone. */
 static int flush_for_restart(struct kvtierd *d)
 {
     (void)d;
@@ -524,9 +527,10 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
     nvs_close(d);
+    adopt_close(d); /* the journal the next daemon adopts the pool by */
     idx_destroy(&d->idx);
     ns_free(&d->ns);
-    dram_close(d->dram, 1);
+    dram_close(d->dram, !d->cfg.dram_adopt);
     free(d->pipes);
     if (lock_fd >= 0) close(lock_fd);
 }

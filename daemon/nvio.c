@@ -420,6 +420,7 @@ static void promote_end(struct kvtierd *d, uint32_t slot, int ok)
     idx_set_flags(&d->idx, slot, 0, IDX_F_READING);
     if (ok && e->state == IDX_READY) {
         idx_set_tier(&d->idx, slot, (uint8_t)(e->tier | IDX_DRAM));
+        adopt_added(d, slot);
         s->st.promotions++;
         s->st.promoted_bytes += e->size;
     } else {

@@ -527,6 +527,8 @@ static Kvtier__NvmeStats *nvme_stats(struct req *r, struct kvtierd *d)
 void nvs_fill_stats(struct req *r, struct kvtierd *d, Kvtier__StatsResp *s)
 {
     struct tier_usage u;
+    s->adopted_chunks = d->adopted;
+    s->adopt_dropped = d->adopt_dropped;
     int n = d->nvs ? 2 : 1;
     s->tiers = req_alloc(r, (size_t)n * sizeof *s->tiers);
     s->n_tiers = (size_t)n;

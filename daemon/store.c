@@ -105,6 +105,7 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     ni->bytes += e->size;
     d->st.puts++;
     d->st.bytes_in += e->size;
+    adopt_added(d, slot);
     if (d->nvs) nvs_committed(d, slot);
 }
 
@@ -115,6 +116,7 @@ void store_free(struct kvtierd *d, uint32_t slot)
         struct ns_info *ni = &d->ns.v[e->ns];
         ni->chunks--;
         ni->bytes -= e->size;
+        if (e->tier & IDX_DRAM) adopt_removed(d, slot);
     }
     if (e->blk != IDX_NONE) {
         struct tier_loc loc = loc_of(e);
@@ -129,6 +131,7 @@ void store_drop_dram(struct kvtierd *d, uint32_t slot)
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
+    adopt_removed(d, slot);
     dram_tier(d)->ops->free(dram_tier(d), &loc);
     e->blk = IDX_NONE;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
@@ -145,6 +148,7 @@ void store_delete(struct kvtierd *d, uint32_t slot)
     struct ns_info *ni = &d->ns.v[e->ns];
     ni->chunks--;
     ni->bytes -= e->size;
+    if (e->tier & IDX_DRAM) adopt_removed(d, slot);
     idx_doom(&d->idx, slot);
 }
 
@@ -206,8 +210,11 @@ static int evict_slice(struct kvtierd *d, uint64_t want_free)
     return 1;
 }
 
+/* Every commit path ends here before its reply: the journal is written
+ * out first (adopt.c), so a reported commit survives a crash. */
 void store_watermark(struct kvtierd *d)
 {
+    adopt_flush(d);
     uint64_t cap = d->dram->bytes, used = store_used(d);
     uint64_t high = (uint64_t)((double)cap * d->cfg.high_watermark);
     uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);

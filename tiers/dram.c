@@ -130,10 +130,12 @@ fail:
     return KVT_EIO;
 }
 
-static kvt_err size_and_map(struct dram *d, char *err, size_t errlen)
+static kvt_err size_and_map(struct dram *d, int adopt, char *err, size_t errlen)
 {
     int rv;
-    if (ftruncate(d->fd, 0) != 0 || ftruncate(d->fd, (off_t)d->bytes) != 0) {
+    struct stat st;
+    d->adopted = adopt && fstat(d->fd, &st) == 0 && (uint64_t)st.st_size == d->bytes;
+    if (!d->adopted && (ftruncate(d->fd, 0) != 0 || ftruncate(d->fd, (off_t)d->bytes) != 0)) {
         snprintf(err, errlen, "pool %s: ftruncate: %s", d->path, strerror(errno));
         return KVT_EIO;
     }
@@ -154,6 +156,12 @@ static kvt_err size_and_map(struct dram *d, char *err, size_t errlen)
 kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
                   size_t errlen)
 {
+    return dram_open_adopt(o, 0, out, err, errlen);
+}
+
+kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
+                        char *err, size_t errlen)
+{
     kvt_err e = KVT_ENOMEM;
     struct dram *d = calloc(1, sizeof *d);
     if (!d) goto fail;
@@ -169,7 +177,7 @@ kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
     }
     if ((e = lock_pool(d, err, errlen)) != KVT_OK) goto fail;
     if ((e = set_owner(d, o, err, errlen)) != KVT_OK) goto fail;
-    if ((e = size_and_map(d, err, errlen)) != KVT_OK) goto fail;
+    if ((e = size_and_map(d, adopt, err, errlen)) != KVT_OK) goto fail;
     if (!(d->alloc = tlsf_create(d->bytes / DRAM_UNIT))) {
         snprintf(err, errlen, "pool allocator: out of memory");
         e = KVT_ENOMEM;

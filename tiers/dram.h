@@ -34,12 +34,18 @@ struct dram {
     uint8_t *base;
     uint64_t bytes;
     struct tlsf *alloc;
+    int adopted;       /* the file's contents were kept (dram_open_adopt) */
 };
 
 /* Create (or take over a stale) pool. KVT_EBUSY if another live daemon
  * holds it; err receives a sentence either way. */
 kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
                   size_t errlen);
+/* The same, but a stale file of exactly o->bytes keeps its contents
+ * (d->adopted = 1) for the caller to adopt; the allocator starts empty
+ * either way. */
+kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
+                        char *err, size_t errlen);
 /* Unmap, unlock and (if unlink) remove the file. Accepts NULL. */
 void dram_close(struct dram *d, int unlink_file);
 
