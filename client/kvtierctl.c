@@ -21,7 +21,7 @@
 struct opts {
     const char *socket, *ns, *key, *parent, *out, *scheme, *salt, *seed, *extra;
     uint64_t bytes, limit, chunk_tokens;
-    int json;
+    int json, evict;
 };
 
 static const char *cmd = "kvtierctl";
@@ -59,6 +59,10 @@ static void usage(FILE *f)
         "  delete --ns NS KEYHEX...\n"
         "  clear --ns NS\n"
         "  evict [--bytes N]                   free N bytes (default: to low watermark)\n"
+        "  flush [--evict]                     write every DRAM chunk to NVMe now\n"
+        "                                      (--evict: then drop the DRAM copies)\n"
+        "  verify [--limit N]                  re-read NVMe records, check checksums,\n"
+        "                                      drop bad ones (N records at most)\n"
         "  hash --scheme kvt1|vllm|sglang [--ns NS] [--salt S] [--seed S] [--extra E]\n"
         "       --chunk-tokens N TOKEN...      one key per full chunk\n"
         "The socket is --socket, else $KVTIER_SOCKET, else ./var/kvtierd.sock.\n");
@@ -147,6 +151,53 @@ static Kvtier__Response *raw_stats(kvt_client *c, kvt_err *e)
 
 #define U(x) ((unsigned long long)(x))
 
+/* Per-tier figures: the rest of "dram", then "nvme" if there is one;
+ * NVMe activity and DRAM adoption beside "tiers". */
+static void tier_json(const Kvtier__TierStats *t)
+{
+    printf(",\"chunks\":%llu,\"chunk_bytes\":%llu,\"high_watermark\":%llu,"
+           "\"low_watermark\":%llu,\"evictions\":%llu,\"fragmentation\":%.4f}",
+           U(t->chunks), U(t->chunk_bytes), U(t->high_watermark),
+           U(t->low_watermark), U(t->evictions), t->fragmentation);
+}
+
+static void nvme_json(const Kvtier__NvmeStats *n)
+{
+    printf(",\"nvme\":{\"demotions\":%llu,\"demoted_bytes\":%llu,\"promotions\":%llu,"
+           "\"promoted_bytes\":%llu,\"checksum_failures\":%llu,\"read_errors\":%llu,"
+           "\"write_errors\":%llu,\"enospc\":%llu,\"lost_dirty\":%llu,"
+           "\"get_waits\":%llu,\"get_timeouts\":%llu,\"loaded_chunks\":%llu,"
+           "\"rebuilt_chunks\":%llu,\"index_errors\":%llu,\"scrubbed\":%llu,"
+           "\"scrub_bad\":%llu,\"queued\":%llu,\"inflight\":%llu,"
+           "\"dirty_chunks\":%llu,\"write_through\":%s,\"registered_buffers\":%s,"
+           "\"buffers_note\":", U(n->demotions), U(n->demoted_bytes), U(n->promotions),
+           U(n->promoted_bytes), U(n->checksum_failures), U(n->read_errors),
+           U(n->write_errors), U(n->enospc), U(n->lost_dirty), U(n->get_waits),
+           U(n->get_timeouts), U(n->loaded_chunks), U(n->rebuilt_chunks),
+           U(n->index_errors), U(n->scrubbed), U(n->scrub_bad), U(n->queued),
+           U(n->inflight), U(n->dirty_chunks), n->write_through ? "true" : "false",
+           n->registered_buffers ? "true" : "false");
+    json_str(n->buffers_note);
+    printf("}");
+}
+
+static void tiers_json(const Kvtier__StatsResp *s)
+{
+    for (size_t i = 0; i < s->n_tiers; i++) {
+        const Kvtier__TierStats *t = s->tiers[i];
+        if (t->tier == KVTIER__TIER__TIER_NVME)
+            printf(",\"nvme\":{\"capacity\":%llu,\"used\":%llu", U(t->capacity),
+                   U(t->used));
+        if (t->tier == KVTIER__TIER__TIER_DRAM || t->tier == KVTIER__TIER__TIER_NVME)
+            tier_json(t);
+    }
+    if (!s->n_tiers) printf("}");
+    printf("}");
+    if (s->nvme) nvme_json(s->nvme);
+    printf(",\"adopted_chunks\":%llu,\"adopt_dropped\":%llu", U(s->adopted_chunks),
+           U(s->adopt_dropped));
+}
+
 static void stats_json(const Kvtier__StatsResp *s)
 {
     printf("{\"version\":\"%s\",\"pid\":%u,\"uptime_ms\":%llu,\"pool_bytes\":%llu,"
@@ -167,9 +218,11 @@ static void stats_json(const Kvtier__StatsResp *s)
            U(s->kv_failed));
     printf(",\"tiers\":{\"hbm\":{\"capacity\":%llu,\"used\":%llu,"
            "\"loaded_chunks\":%llu,\"demoted\":%llu},"
-           "\"dram\":{\"capacity\":%llu,\"used\":%llu}},\"ns\":[",
+           "\"dram\":{\"capacity\":%llu,\"used\":%llu",
            U(s->hbm_bytes), U(s->hbm_used), U(s->kv_hbm_loaded_chunks),
            U(s->kv_hbm_demoted), U(s->pool_bytes), U(s->used_bytes));
+    tiers_json(s);
+    printf(",\"ns\":[");
     for (size_t i = 0; i < s->n_ns; i++) {
         printf("%s{\"ns\":", i ? "," : "");
         json_str(s->ns[i]->ns);
@@ -178,6 +231,37 @@ static void stats_json(const Kvtier__StatsResp *s)
                U(s->ns[i]->misses));
     }
     printf("]}\n");
+}
+
+static void tiers_text(const Kvtier__StatsResp *s)
+{
+    for (size_t i = 0; i < s->n_tiers; i++) {
+        const Kvtier__TierStats *t = s->tiers[i];
+        printf("  tier %-5s %llu / %llu bytes (%.1f%%); %llu chunks of %llu bytes; "
+               "%llu evictions\n", t->tier == KVTIER__TIER__TIER_NVME ? "nvme" : "dram",
+               U(t->used), U(t->capacity),
+               t->capacity ? 100.0 * (double)t->used / (double)t->capacity : 0.0,
+               U(t->chunks), U(t->chunk_bytes), U(t->evictions));
+    }
+    const Kvtier__NvmeStats *n = s->nvme;
+    if (n) {
+        printf("nvme           %llu demotions (%llu bytes), %llu promotions (%llu bytes), "
+               "%llu dirty chunks, %s\n", U(n->demotions), U(n->demoted_bytes),
+               U(n->promotions), U(n->promoted_bytes), U(n->dirty_chunks),
+               n->write_through ? "write-through" : "write-back");
+        printf("nvme errors    %llu checksum, %llu read, %llu write, %llu no space, "
+               "%llu lost dirty; %llu GETs waited (%llu timed out)\n",
+               U(n->checksum_failures), U(n->read_errors), U(n->write_errors),
+               U(n->enospc), U(n->lost_dirty), U(n->get_waits), U(n->get_timeouts));
+        printf("nvme index     %llu loaded, %llu rebuilt at start; %llu write errors; "
+               "%llu verified, %llu bad; buffers %s%s\n", U(n->loaded_chunks),
+               U(n->rebuilt_chunks), U(n->index_errors), U(n->scrubbed), U(n->scrub_bad),
+               n->registered_buffers ? "registered" : "not registered: ",
+               n->registered_buffers ? "" : n->buffers_note);
+    }
+    if (s->adopted_chunks || s->adopt_dropped)
+        printf("adopted        %llu DRAM chunks from the last run (%llu dropped)\n",
+               U(s->adopted_chunks), U(s->adopt_dropped));
 }
 
 static void stats_text(const Kvtier__StatsResp *s)
@@ -207,6 +291,7 @@ static void stats_text(const Kvtier__StatsResp *s)
         printf("hbm            %llu / %llu bytes; %llu chunks loaded from it, %llu "
                "demoted\n", U(s->hbm_used), U(s->hbm_bytes),
                U(s->kv_hbm_loaded_chunks), U(s->kv_hbm_demoted));
+    tiers_text(s);
     for (size_t i = 0; i < s->n_ns; i++)
         printf("  ns %-40s %8llu chunks %12llu bytes %llu/%llu hit/miss\n",
                s->ns[i]->ns, U(s->ns[i]->chunks), U(s->ns[i]->bytes),
@@ -398,6 +483,66 @@ static int do_evict(kvt_client *c, const struct opts *o)
     return e ? fail_op(c, e) : print_count(o, "freed_bytes", freed);
 }
 
+/* FLUSH and VERIFY wait for the device: no request timeout. */
+static int nvme_call(kvt_client *c, Kvtier__Request *q, Kvtier__Response__BodyCase bc,
+                     Kvtier__Response **r)
+{
+    kvt_set_timeout(c, 24 * 3600 * 1000);
+    kvt_err e = kvtc_call(c, q, r);
+    if (e) return fail_op(c, e);
+    if ((*r)->body_case == bc) return 0;
+    kvtier__response__free_unpacked(*r, NULL);
+    return fail_op(c, KVT_EPROTO);
+}
+
+static int do_flush(kvt_client *c, const struct opts *o)
+{
+    Kvtier__Flush f = KVTIER__FLUSH__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r;
+    f.evict = o->evict;
+    q.body_case = KVTIER__REQUEST__BODY_FLUSH;
+    q.flush = &f;
+    int rc = nvme_call(c, &q, KVTIER__RESPONSE__BODY_FLUSH, &r);
+    if (rc) return rc;
+    const Kvtier__FlushResp *fr = r->flush;
+    if (o->json)
+        printf("{\"written\":%llu,\"bytes\":%llu,\"failed\":%llu,\"clean\":%llu}\n",
+               U(fr->written), U(fr->bytes), U(fr->failed), U(fr->clean));
+    else
+        printf("flushed %llu chunks (%llu bytes) to NVMe; %llu already there; %llu "
+               "failed\n", U(fr->written), U(fr->bytes), U(fr->clean), U(fr->failed));
+    rc = fr->failed ? die(1, "%llu chunks could not be written", U(fr->failed)) : 0;
+    kvtier__response__free_unpacked(r, NULL);
+    return rc;
+}
+
+static int do_verify(kvt_client *c, const struct opts *o)
+{
+    Kvtier__Verify v = KVTIER__VERIFY__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r;
+    v.max_records = o->limit > UINT32_MAX ? UINT32_MAX : (uint32_t)o->limit;
+    q.body_case = KVTIER__REQUEST__BODY_VERIFY;
+    q.verify = &v;
+    int rc = nvme_call(c, &q, KVTIER__RESPONSE__BODY_VERIFY, &r);
+    if (rc) return rc;
+    const Kvtier__VerifyResp *vr = r->verify;
+    if (o->json)
+        printf("{\"checked\":%llu,\"bytes\":%llu,\"bad\":%llu,\"read_errors\":%llu}\n",
+               U(vr->checked), U(vr->bytes), U(vr->bad), U(vr->read_errors));
+    else
+        printf("verified %llu NVMe records (%llu bytes): %llu bad (dropped), %llu "
+               "unreadable\n", U(vr->checked), U(vr->bytes), U(vr->bad),
+               U(vr->read_errors));
+    rc = vr->bad || vr->read_errors
+             ? die(1, "%llu bad records dropped, %llu unreadable", U(vr->bad),
+                   U(vr->read_errors))
+             : 0;
+    kvtier__response__free_unpacked(r, NULL);
+    return rc;
+}
+
 static int parse_tokens(int argc, char **argv, uint32_t *tok)
 {
     for (int i = 0; i < argc; i++) {
@@ -461,7 +606,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, int stop_at_cmd)
         {"key", 1, 0, 'k'}, {"parent", 1, 0, 'p'}, {"bytes", 1, 0, 'b'},
         {"limit", 1, 0, 'l'}, {"scheme", 1, 0, 's'}, {"salt", 1, 0, 'a'},
         {"seed", 1, 0, 'e'}, {"extra", 1, 0, 'x'}, {"chunk-tokens", 1, 0, 'c'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"evict", 0, 0, 'E'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int ch, rc = 0;
     while (!rc && (ch = getopt_long(argc, argv, stop_at_cmd ? "+o:hj" : "o:hj", lo, NULL)) != -1) {
         switch (ch) {
@@ -478,6 +623,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, int stop_at_cmd)
         case 'a': o->salt = optarg; break;
         case 'e': o->seed = optarg; break;
         case 'x': o->extra = optarg; break;
+        case 'E': o->evict = 1; break;
         case 'h': usage(stdout); exit(0);
         default: return 2;
         }
@@ -496,11 +642,14 @@ static int run(kvt_client *c, const struct opts *o, int argc, char **argv)
     if (!strcmp(cmd, "delete")) return do_delete(c, o, argc, argv);
     if (!strcmp(cmd, "clear")) return do_clear(c, o);
     if (!strcmp(cmd, "evict")) return do_evict(c, o);
+    if (!strcmp(cmd, "flush")) return do_flush(c, o);
+    if (!strcmp(cmd, "verify")) return do_verify(c, o);
     return die(2, "unknown command (see kvtierctl --help)");
 }
 
 static const char *const commands[] = {"status", "stats", "ls", "lookup", "put", "get",
-                                       "delete", "clear", "evict", "hash", NULL};
+                                       "delete", "clear", "evict", "hash", "flush",
+                                       "verify", NULL};
 
 static int known(const char *s)
 {

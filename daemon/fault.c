@@ -12,6 +12,7 @@
 
 static const char *const names[FAULT_COUNT] = {
     "nvme_read", "nvme_write", "nvme_grow", "uring_regbuf", "index_put",
+    "nvme_hold",
 };
 
 static struct {
@@ -33,7 +34,8 @@ static int set_point(const char *name, size_t len, const char *val, char *err,
         return 0;
     }
     snprintf(err, errlen, "KVT_FAULT: bad entry '%.*s' (want NAME=N or NAME=N+; "
-             "names: nvme_read, nvme_write, nvme_grow, uring_regbuf, index_put)", (int)len, name);
+             "names: nvme_read, nvme_write, nvme_grow, uring_regbuf, index_put, "
+             "nvme_hold)", (int)len, name);
     return -1;
 }
 

@@ -7,7 +7,8 @@
  *
  *     KVT_FAULT="nvme_read=1,nvme_write=3+,nvme_grow=1+,uring_regbuf=1"
  *
- * (and index_put: a record written but never indexed).
+ * (and index_put: a record written but never indexed; nvme_hold: a read
+ * that completes only when a later I/O does).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -25,6 +26,8 @@ enum fault_point {
     FAULT_URING_REGBUF, /* registering buffers with io_uring: -ENOMEM */
     FAULT_INDEX_PUT,    /* a written record is not indexed (as if the
                          * daemon died between the two) */
+    FAULT_NVME_HOLD,    /* a read completion is held back until another
+                         * I/O completes (a slow device) */
     FAULT_COUNT
 };
 

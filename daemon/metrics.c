@@ -6,9 +6,9 @@
  * then shows 0, not "no data"). Label values are escaped as the exposition
  * format asks (backslash, double quote, newline); namespace names may hold
  * any printable byte. Series that do not exist yet are documented, not
- * faked: per-tier gauges carry the tiers this daemon runs (dram, and hbm
- * with a GPU pool); a demotion series exists once a pair of tiers does;
- * there are no peers yet, so the peer gauges read 0.
+ * faked: per-tier gauges carry the tiers this daemon runs (dram, hbm with
+ * a GPU pool, nvme with an NVMe tier); a demotion series exists once a
+ * pair of tiers does; there are no peers yet, so the peer gauges read 0.
  */
 #include "metrics.h"
 
@@ -23,6 +23,7 @@
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
 #include "kvtierd.h"
+#include "nvstore_int.h"
 
 /* Upper bounds of the latency buckets in nanoseconds. */
 static const uint64_t bucket_ns[MET_BUCKETS] = {
@@ -190,6 +191,10 @@ static int tier_rows(struct kvtierd *d, struct tier_row *rows)
                                   d->cfg.high_watermark, d->cfg.low_watermark};
     if (d->kvc && d->kvc->hbm)
         rows[n++] = (struct tier_row){"tier=\"hbm\"", &d->kvc->hbm->tier, -1, -1};
+    if (d->nvs)
+        rows[n++] = (struct tier_row){"tier=\"nvme\"", &d->nvs->tier->tier,
+                                      d->cfg.nvme_high_watermark,
+                                      d->cfg.nvme_low_watermark};
     return n;
 }
 
@@ -233,6 +238,9 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
            "Chunks that left a tier for the one below it.");
     if (d->kvc && d->kvc->hbm)
         sample(b, "kvtier_demotions_total", "from=\"hbm\",to=\"dram\"", st->hbm_demoted);
+    if (d->nvs)
+        sample(b, "kvtier_demotions_total", "from=\"dram\",to=\"nvme\"",
+               d->nvs->st.demotions);
     family(b, "kvtier_gpu_chunks_total", "counter",
            "Chunks moved between engine GPU tensors and the cache, by op.");
     sample(b, "kvtier_gpu_chunks_total", "op=\"save\"", st->saved);
@@ -244,20 +252,58 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
         "GPU save or load transfers that failed.", "", st->failed);
 }
 
+/* The NVMe tier's data path (nvstore.h) and DRAM adoption (adopt.c). */
+static void render_nvme(struct sbuf *b, struct kvtierd *d)
+{
+    static const struct nvs_stats zero;
+    const struct nvs_stats *st = d->nvs ? &d->nvs->st : &zero;
+    family(b, "kvtier_promotions_total", "counter",
+           "Chunks read back from a lower tier and verified.");
+    if (d->nvs) sample(b, "kvtier_promotions_total", "from=\"nvme\",to=\"dram\"", st->promotions);
+    family(b, "kvtier_nvme_errors_total", "counter",
+           "NVMe tier failures by kind: checksum (record dropped, a miss), read "
+           "(a miss), write and no_space (the chunk stays in DRAM), lost_dirty "
+           "(a DRAM chunk dropped before it could be written), index (index "
+           "batches not written).");
+    if (d->nvs) {
+        sample(b, "kvtier_nvme_errors_total", "kind=\"checksum\"", st->csum_failures);
+        sample(b, "kvtier_nvme_errors_total", "kind=\"read\"", st->read_errors);
+        sample(b, "kvtier_nvme_errors_total", "kind=\"write\"", st->write_errors);
+        sample(b, "kvtier_nvme_errors_total", "kind=\"no_space\"", st->enospc);
+        sample(b, "kvtier_nvme_errors_total", "kind=\"lost_dirty\"", st->lost_dirty);
+        sample(b, "kvtier_nvme_errors_total", "kind=\"index\"", nvx_errors(d->nvs->index));
+    }
+    family(b, "kvtier_nvme_get_waits_total", "counter",
+           "GETs that waited for chunks read back from NVMe, by outcome.");
+    if (d->nvs) {
+        sample(b, "kvtier_nvme_get_waits_total", "outcome=\"done\"",
+               st->get_waits - st->get_timeouts);
+        sample(b, "kvtier_nvme_get_waits_total", "outcome=\"deadline\"", st->get_timeouts);
+    }
+    one(b, "kvtier_nvme_verified_records_total", "counter",
+        "NVMe records re-read and checked by VERIFY.", "", st->scrubbed);
+    one(b, "kvtier_adopted_chunks", "gauge",
+        "DRAM chunks adopted at start from the previous run's pool.", "", d->adopted);
+}
+
 static void render_tiers(struct sbuf *b, struct kvtierd *d)
 {
     const char *t = "tier=\"dram\"";
     tier_gauges(b, d);
-    one(b, "kvtier_tier_chunks", "gauge", "Committed chunks in each tier.", t,
-        d->idx.n_ready);
+    family(b, "kvtier_tier_chunks", "gauge", "Committed chunks with a copy in each tier.");
+    sample(b, "kvtier_tier_chunks", t, d->idx.n_in[0]);
+    if (d->nvs) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx.n_in[1]);
     one(b, "kvtier_tier_bytes_in_total", "counter",
         "Bytes of chunks committed into each tier.", t, d->st.bytes_in);
     one(b, "kvtier_tier_bytes_out_total", "counter",
         "Bytes of chunks served from each tier (leased or copied).", t,
         d->st.bytes_out);
-    one(b, "kvtier_evictions_total", "counter",
-        "Chunks dropped from each tier to make room.", t, d->st.evictions);
+    family(b, "kvtier_evictions_total", "counter",
+           "Chunks dropped from each tier to make room.");
+    sample(b, "kvtier_evictions_total", t, d->st.evictions);
+    if (d->nvs) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", d->nvs->st.evictions);
     render_gpu(b, d);
+    render_nvme(b, d);
     one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",
         "", d->st.puts);
 }

@@ -308,8 +308,12 @@ void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
     for (uint32_t s = 0; s < d->idx.used; s++) {
         const struct idx_entry *e = idx_at(&d->idx, s);
         if (e->state != IDX_READY || !(e->tier & IDX_DRAM)) continue;
-        if (e->tier & IDX_NVME) f->clean++;
-        else if (nvs_enqueue_write(d, s, f) == 0) f->pending++;
+        if (!(e->tier & IDX_NVME)) {
+            if (nvs_enqueue_write(d, s, f) == 0) f->pending++;
+            continue;
+        }
+        f->clean++;
+        if (q->evict && e->pins == 0) store_drop_dram(d, s); /* already written */
     }
     nvs_pump(d); /* writes complete later, never inside this handler */
     void *later = f->pending > 1 ? defer_now(d, pipe) : NULL;

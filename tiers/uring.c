@@ -23,6 +23,7 @@
 struct op {
     uint8_t *buf;
     uint64_t len, done, off;
+    int64_t res;                /* held completions: the result */
     unsigned slot;
     int write;
     uring_cb cb;
@@ -35,6 +36,8 @@ struct uring {
     int ring_ok, efd;
     unsigned depth, inflight, queued;
     struct op *q_head, *q_tail; /* waiting for room in the ring */
+    struct op *held;            /* fault nvme_hold: done, not yet reported */
+    unsigned n_held;
     struct op *free_ops;
     int *fds;                   /* slot -> fd, -1 when empty */
     unsigned max_files;
@@ -77,7 +80,7 @@ int uring_fd(const struct uring *u)
 
 unsigned uring_busy(const struct uring *u)
 {
-    return u->inflight + u->queued;
+    return u->inflight + u->queued + u->n_held;
 }
 
 int uring_buffers_registered(const struct uring *u)
@@ -168,7 +171,7 @@ static void submit(struct uring *u, int write, unsigned slot, void *buf,
     struct op *o = u->free_ops;
     if (o) u->free_ops = o->next;
     else if (!(o = malloc(sizeof *o))) abort(); /* control-plane allocation */
-    *o = (struct op){buf, len, 0, off, slot, write, cb, arg, NULL};
+    *o = (struct op){buf, len, 0, off, 0, slot, write, cb, arg, NULL};
     enqueue(u, o);
     pump(u);
 }
@@ -210,18 +213,40 @@ static void complete(struct uring *u, struct op *o, int res)
         enqueue(u, o); /* the rest, in order behind what waits */
         return;
     }
+    if (!o->write && fault_hit(FAULT_NVME_HOLD)) {
+        o->res = (int64_t)o->len;
+        o->next = u->held;
+        u->held = o;
+        u->n_held++;
+        return;
+    }
     finish(u, o, (int64_t)o->len);
+}
+
+/* Report held completions (after another I/O completed, or at drain). */
+static void release_held(struct uring *u)
+{
+    while (u->held) {
+        struct op *o = u->held;
+        u->held = o->next;
+        u->n_held--;
+        finish(u, o, o->res);
+    }
 }
 
 static void reap(struct uring *u)
 {
     struct io_uring_cqe *cqe;
+    unsigned held = u->n_held, n = 0;
+    struct op *keep = u->held;
     while (io_uring_peek_cqe(&u->ring, &cqe) == 0) {
         struct op *o = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
         io_uring_cqe_seen(&u->ring, cqe);
         complete(u, o, res);
+        n++;
     }
+    if (held && n && u->held == keep) release_held(u); /* none newly held */
 }
 
 void uring_poll(struct uring *u)
@@ -235,8 +260,10 @@ void uring_poll(struct uring *u)
 
 void uring_drain(struct uring *u)
 {
-    while (u->inflight || u->queued) {
+    for (;;) {
         struct io_uring_cqe *cqe;
+        release_held(u);
+        if (!u->inflight && !u->queued) break;
         pump(u);
         if (u->inflight && io_uring_wait_cqe(&u->ring, &cqe) != 0) continue;
         reap(u);

@@ -227,6 +227,36 @@ static void test_restart_index(void **state)
     td_cleanup(&D);
 }
 
+/* A GET whose read does not come back within its deadline is answered
+ * with what is in DRAM (a miss) and counted; the read still completes
+ * later and the chunk comes up. KVT_FAULT=nvme_hold=1 holds the first
+ * read's completion until another I/O completes. */
+static void test_get_deadline(void **state)
+{
+    (void)state;
+    struct tdaemon D;
+    const char *rest[] = {"--nvme.get_deadline_ms", "200", NULL};
+    assert_int_equal(td_init(&D), 0);
+    setenv("KVT_FAULT", "nvme_hold=1", 1);
+    int rv = nvt_start(&D, 64, 16, rest);
+    unsetenv("KVT_FAULT");
+    assert_int_equal(rv, 0);
+    kvt_client *c = td_connect(&D);
+    assert_int_equal(nvt_put_chain(c, 1, 2, CH), KVT_OK);
+    assert_int_equal(nvt_flush(c, 1, NULL), KVT_OK);
+    assert_false(nvt_check(c, 1, CH)); /* held: answered at the deadline */
+    assert_int_equal(nvt_stat(c, "get_timeouts"), 1);
+    assert_true(nvt_check(c, 2, CH)); /* its read releases the held one */
+    assert_int_equal(nvt_wait_stat(c, "promotions", 2, 10000), 2);
+    kvt_tier t[2];
+    assert_int_equal(nvt_lookup(c, 1, 2, 0, t), 2);
+    assert_int_equal(t[0], KVT_TIER_DRAM);
+    assert_true(nvt_check(c, 1, CH));
+    kvt_close(c);
+    assert_int_equal(td_stop(&D), 0);
+    td_cleanup(&D);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_write_through),
         cmocka_unit_test(test_nvme_prefix_eviction),
         cmocka_unit_test(test_restart_index),
+        cmocka_unit_test(test_get_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
