@@ -137,9 +137,12 @@ fuzz: $(GEN_C)
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus
 
 # ---------------------------------------------------------------- targets
+# The NVMe tier is off in the key table's defaults (every test daemon would
+# carry one); `make run` turns it on: 4 GiB under ./var/nvme, grown lazily.
 run: deps all
 	@mkdir -p var
-	exec $(KVTIERD) --socket ipc://$(CURDIR)/var/kvtierd.sock --state-dir $(CURDIR)/var
+	exec $(KVTIERD) --socket ipc://$(CURDIR)/var/kvtierd.sock --state-dir $(CURDIR)/var \
+	    --nvme.nvme_bytes 4G
 
 test-bin: all $(TEST_BINS)
 
