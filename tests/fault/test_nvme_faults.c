@@ -10,8 +10,9 @@
  *  - disk full (no data file can be created; and, where loop devices can
  *    be mounted, a real full filesystem): demotion stops with a log line
  *    and a counter, DRAM keeps serving every committed chunk;
- *  - buffer registration refused (as under `ulimit -l 8192` without
- *    root): a log line, plain I/O, the same bytes.
+ *  - buffer registration refused, injected and for real (CAP_IPC_LOCK
+ *    dropped, `ulimit -l 8192`, as for a non-root user here): a log
+ *    line, plain I/O, the same bytes.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -236,6 +237,38 @@ static void test_no_registered_buffers(void **state)
     stop(&D, c);
 }
 
+/* The real thing: no CAP_IPC_LOCK and `ulimit -l 8192` (a non-root
+ * user's limit here) cannot pin a 64 MiB pool: plain I/O, same bytes.
+ * Needs root (to drop the capability) and capsh. */
+static void test_memlock_limit(void **state)
+{
+    (void)state;
+    struct tdaemon D;
+    char wrap[400], real[300];
+    const char *bin = getenv("KVTIERD");
+    if (geteuid() != 0 || system("command -v capsh >/dev/null 2>&1") != 0) skip();
+    assert_int_equal(td_init(&D), 0);
+    snprintf(real, sizeof real, "%s", bin && bin[0] ? bin : "build/bin/kvtierd");
+    snprintf(wrap, sizeof wrap, "%s/kvtierd-memlock.sh", D.dir);
+    FILE *f = fopen(wrap, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\nexec capsh --drop=cap_ipc_lock -- -c "
+               "'ulimit -l 8192; exec \"$0\" \"$@\"' '%s' \"$@\"\n", real);
+    fclose(f);
+    assert_int_equal(chmod(wrap, 0755), 0);
+    setenv("KVTIERD", wrap, 1);
+    int rv = nvt_start(&D, 64, 16, NULL);
+    setenv("KVTIERD", real, 1);
+    assert_int_equal(rv, 0);
+    kvt_client *c = td_connect(&D);
+    assert_true(td_log_has(&D, "locked-memory limit"));
+    assert_int_equal(nvt_stat(c, "registered_buffers"), 0);
+    assert_int_equal(nvt_put_chain(c, 1, 8, CH), KVT_OK);
+    assert_int_equal(nvt_flush(c, 1, NULL), KVT_OK);
+    for (int i = 1; i <= 8; i++) assert_true(nvt_check(c, i, CH));
+    stop(&D, c);
+}
+
 static void test_bad_fault_spec(void **state)
 {
     (void)state;
@@ -261,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_disk_full_injected),
         cmocka_unit_test(test_disk_full_loop),
         cmocka_unit_test(test_no_registered_buffers),
+        cmocka_unit_test(test_memlock_limit),
         cmocka_unit_test(test_bad_fault_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
