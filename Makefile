@@ -10,6 +10,9 @@
 # Layout of build/:  bin/ lib/ gen/ obj/ tests/ bench/
 
 BUILD   ?= build
+ifneq ($(filter . ./ $(CURDIR) $(CURDIR)/,$(BUILD)),)
+$(error BUILD=$(BUILD) would scatter build outputs over the source tree; use a directory of its own)
+endif
 SAN     ?= 0
 CC      ?= gcc
 PREFIX  ?= /usr/local

@@ -20,7 +20,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 py=/usr/bin/python3
 
 # ------------------------------------------------------------ make install
-build=$(basename "$(dirname "$(dirname "$KVTIERD")")")
+build=$(dirname "$(dirname "$KVTIERD")")   # the build dir the suite runs from
+case "$(cd "$build" && pwd)" in "$PWD"|"$PWD/") fail "KVTIERD=$KVTIERD is not inside a build directory";; esac
 mk=(make -s --no-print-directory BUILD="$build")
 [ -n "${KVT_SAN:-}" ] && mk+=(SAN=1 OPT=-O1)
 "${mk[@]}" install PREFIX="$tmp/usr" >"$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "make install PREFIX"; }
