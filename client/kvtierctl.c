@@ -63,6 +63,8 @@ static void usage(FILE *f)
         "                                      (--evict: then drop the DRAM copies)\n"
         "  verify [--limit N]                  re-read NVMe records, check checksums,\n"
         "                                      drop bad ones (N records at most)\n"
+        "  peers                               cluster members: state, round trip,\n"
+        "                                      bytes moved\n"
         "  hash --scheme kvt1|vllm|sglang [--ns NS] [--salt S] [--seed S] [--extra E]\n"
         "       --chunk-tokens N TOKEN...      one key per full chunk\n"
         "The socket is --socket, else $KVTIER_SOCKET, else ./var/kvtierd.sock.\n");
@@ -543,6 +545,72 @@ static int do_verify(kvt_client *c, const struct opts *o)
     return rc;
 }
 
+static const char *peer_state(Kvtier__PeerState s)
+{
+    switch (s) {
+    case KVTIER__PEER_STATE__PEER_JOINING: return "joining";
+    case KVTIER__PEER_STATE__PEER_ALIVE: return "alive";
+    case KVTIER__PEER_STATE__PEER_DEAD: return "dead";
+    default: return "none";
+    }
+}
+
+static void print_peers_json(const Kvtier__PeersResp *p)
+{
+    printf("{\"enabled\":%s,\"node_id\":%u,\"addr\":", p->enabled ? "true" : "false",
+           p->node_id);
+    json_str(p->addr);
+    printf(",\"epoch\":%llu,\"incarnation\":%llu,\"rejected\":%llu,\"peers\":[",
+           U(p->epoch), U(p->incarnation), U(p->rejected));
+    for (size_t i = 0; i < p->n_peers; i++) {
+        const Kvtier__PeerInfo *q = p->peers[i];
+        printf("%s{\"node_id\":%u,\"addr\":", i ? "," : "", q->node_id);
+        json_str(q->addr);
+        printf(",\"state\":\"%s\",\"incarnation\":%llu,\"rtt_us\":%llu,"
+               "\"bytes_in\":%llu,\"bytes_out\":%llu,\"last_heard_ms\":%llu,"
+               "\"joins\":%u}", peer_state(q->state), U(q->incarnation), U(q->rtt_us),
+               U(q->bytes_in), U(q->bytes_out), U(q->last_heard_ms), q->joins);
+    }
+    printf("]}\n");
+}
+
+static void print_peers(const Kvtier__PeersResp *p)
+{
+    if (!p->enabled) {
+        printf("cluster off (cluster.listen is empty)\n");
+        return;
+    }
+    printf("node %u at %s, epoch %llu, %llu message(s) rejected\n", p->node_id, p->addr,
+           U(p->epoch), U(p->rejected));
+    printf("%-6s %-28s %-8s %10s %12s %12s %10s\n", "NODE", "ADDR", "STATE", "RTT_US",
+           "BYTES_IN", "BYTES_OUT", "HEARD_MS");
+    for (size_t i = 0; i < p->n_peers; i++) {
+        const Kvtier__PeerInfo *q = p->peers[i];
+        printf("%-6u %-28s %-8s %10llu %12llu %12llu %10llu\n", q->node_id, q->addr,
+               peer_state(q->state), U(q->rtt_us), U(q->bytes_in), U(q->bytes_out),
+               U(q->last_heard_ms));
+    }
+}
+
+static int do_peers(kvt_client *c, const struct opts *o)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    kvt_err e = kvtc_call(c, &q, &r);
+    if (e) return fail_op(c, e);
+    if (r->body_case != KVTIER__RESPONSE__BODY_PEERS) {
+        kvtier__response__free_unpacked(r, NULL);
+        return fail_op(c, KVT_EPROTO);
+    }
+    if (o->json) print_peers_json(r->peers);
+    else print_peers(r->peers);
+    kvtier__response__free_unpacked(r, NULL);
+    return 0;
+}
+
 static int parse_tokens(int argc, char **argv, uint32_t *tok)
 {
     for (int i = 0; i < argc; i++) {
@@ -644,12 +712,13 @@ static int run(kvt_client *c, const struct opts *o, int argc, char **argv)
     if (!strcmp(cmd, "evict")) return do_evict(c, o);
     if (!strcmp(cmd, "flush")) return do_flush(c, o);
     if (!strcmp(cmd, "verify")) return do_verify(c, o);
+    if (!strcmp(cmd, "peers")) return do_peers(c, o);
     return die(2, "unknown command (see kvtierctl --help)");
 }
 
 static const char *const commands[] = {"status", "stats", "ls", "lookup", "put", "get",
                                        "delete", "clear", "evict", "hash", "flush",
-                                       "verify", NULL};
+                                       "verify", "peers", NULL};
 
 static int known(const char *s)
 {

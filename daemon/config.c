@@ -108,6 +108,20 @@ static const struct cfg_key keys[] = {
      65535, "host:port", 0,
      "address of the Prometheus /metrics endpoint; port 0 picks a free one; "
      "empty disables"},
+    {"cluster", "node_id", CFG_U64, F(cluster_node_id), "0", 0, 4294967295.0,
+     "id", 0, "this node's id, unique among the members (1 or more when "
+     "cluster.listen is set)"},
+    {"cluster", "listen", CFG_STR, F(cluster_listen), "", 0, 0, "url", 0,
+     "tcp://host:port of the daemon-to-daemon control channel; empty: no "
+     "cluster (a single node)"},
+    {"cluster", "seeds", CFG_STR, F(cluster_seeds), "", 0, 0, "urls", 0,
+     "comma-separated control urls of members to join through; empty: wait "
+     "for others to join this node"},
+    {"cluster", "heartbeat_ms", CFG_U64, F(cluster_heartbeat_ms), "500", 50,
+     60000, "ms", 0, "interval between heartbeats to each member"},
+    {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
+     100, 600000, "ms", 0, "a member not heard from for this long is marked "
+     "dead (its chunks become misses)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -348,6 +362,18 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "nvme.nvme_low_watermark (%g) must be below "
                  "nvme.nvme_high_watermark (%g)", c->nvme_low_watermark,
                  c->nvme_high_watermark);
+        return -1;
+    }
+    if (c->cluster_listen[0] && (strncmp(c->cluster_listen, "tcp://", 6) != 0 ||
+                                 c->cluster_node_id == 0)) {
+        snprintf(err, errlen, "cluster.listen '%s' wants tcp://host:port and a "
+                 "cluster.node_id of 1 or more", c->cluster_listen);
+        return -1;
+    }
+    if (c->cluster_failure_ms <= c->cluster_heartbeat_ms) {
+        snprintf(err, errlen, "cluster.failure_timeout_ms (%llu) must exceed "
+                 "cluster.heartbeat_ms (%llu)", (unsigned long long)c->cluster_failure_ms,
+                 (unsigned long long)c->cluster_heartbeat_ms);
         return -1;
     }
     if (c->nvme_dirs[0] == '\0')

@@ -55,6 +55,12 @@ struct kvt_config {
     uint64_t nvme_get_deadline_ms; /* GET waits this long for NVMe reads */
     /* [metrics] */
     char metrics_listen[CFG_STR_MAX]; /* host:port of /metrics; "" = off */
+    /* [cluster] (cluster.c); off while listen is empty */
+    uint64_t cluster_node_id;     /* this node's id, unique in the cluster */
+    char cluster_listen[CFG_STR_MAX]; /* tcp://host:port of the control channel */
+    char cluster_seeds[CFG_STR_MAX];  /* comma list of members' listen urls */
+    uint64_t cluster_heartbeat_ms;
+    uint64_t cluster_failure_ms;  /* silent this long: dead */
 };
 
 /* Fill c with the embedded defaults. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "cluster.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
@@ -680,6 +681,7 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
         nvs_do_flush(r, r->d, r->pipe, q->flush, r->rsp); break;
     case KVTIER__REQUEST__BODY_VERIFY:
         nvs_do_verify(r, r->d, r->pipe, q->verify, r->rsp); break;
+    case KVTIER__REQUEST__BODY_PEERS: cluster_do_peers(r, r->d, r->rsp); break;
     default: fail(r, KVT_EINVAL, "unknown request kind"); break;
     }
 }

@@ -66,6 +66,7 @@ struct kvc;
 struct metrics_http;
 struct nvs;
 struct journal;
+struct cluster;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -84,6 +85,7 @@ struct kvtierd {
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
     struct nvs *nvs;       /* the NVMe tier and its policy, or NULL (nvstore.c) */
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
+    struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
     uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */

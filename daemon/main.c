@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
@@ -298,7 +299,8 @@ static int open_all(struct kvtierd *d)
     notify(st);
     if (open_tiers(d) != 0) return -1;
     notify("STATUS=starting listeners");
-    if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0)
+    if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
+        cluster_open(d) != 0)
         return -1;
     return 0;
 }
@@ -327,7 +329,7 @@ static int make_fds(int *tfd, int *sfd)
 }
 
 struct loop {
-    int ep, tfd, sfd, sv, lfd, mfd, nfd;
+    int ep, tfd, sfd, sv, lfd, mfd, nfd, cfd;
     uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
     int running;
 };
@@ -383,6 +385,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     store_watermark(d);
     nvs_tick(d);
     adopt_tick(d);
+    cluster_tick(d);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
         lp->wd_last = now;
@@ -452,13 +455,14 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->lfd = d->local ? local_fd(d->local) : -1;
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
     lp->nfd = nvs_fd(d);
+    lp->cfd = cluster_fd(d);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
         log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int fds[6] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd};
-    for (int i = 0; i < 6; i++) {
+    int fds[7] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd, lp->cfd};
+    for (int i = 0; i < 7; i++) {
         if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
@@ -486,6 +490,7 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->lfd) local_poll(d->local);
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
     else if (fd == lp->nfd) nvs_poll(d);
+    else if (fd == lp->cfd) cluster_poll(d);
 }
 
 static int run_loop(struct kvtierd *d)
@@ -520,6 +525,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
     nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
+    cluster_close(d);
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);

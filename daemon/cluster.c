@@ -1,0 +1,531 @@
+/*
+ * cluster.c -- membership: join, heartbeats, failure detection, epochs.
+ *
+ * Design (DESIGN §5): every daemon with cluster.listen set listens there
+ * with an nng pull0 socket and keeps one push0 socket per known member,
+ * dialled with nng's own reconnect, so a restarted peer is reached again
+ * without help. Sends are non-blocking: a message for a member with no
+ * connection is dropped, never queued behind a dead peer. nng's receive
+ * callback only queues the message and writes an eventfd when the queue
+ * goes from empty to non-empty (STYLE §7); the core thread decodes and
+ * applies it, so the member table needs no lock.
+ *
+ * Messages are kvtier.PeerMsg and name their sender (node id, control
+ * url, incarnation = its start time). A Join is accepted from anyone with
+ * a well-formed identity: that is how a node enters. Any other message
+ * from a sender not in the table (id and url both) is refused with a log
+ * line and a counter, as is anything that does not decode; neither
+ * changes the table. A member heard from is ALIVE; one silent for
+ * cluster.failure_timeout_ms is DEAD; a new incarnation, or a dead member
+ * heard again, is a rejoin. Every such change bumps the epoch. Heartbeats
+ * carry the sender's live members (new ids are learned from them and sent
+ * a Join) and echo the last send time heard from the receiver, giving the
+ * round trip without a second message.
+ */
+#include "cluster.h"
+
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvcache.h" /* req_alloc */
+#include "kvtierd.h"
+#include "log.h"
+#include "metrics.h"
+
+#define CL_ADDR_MAX 128
+#define CL_MAX_MEMBERS 1024
+#define CL_MAX_MSG (1u << 20)
+
+struct member {
+    uint32_t id;             /* 0: a seed not heard from yet */
+    char addr[CL_ADDR_MAX];
+    uint64_t inc;
+    int state;               /* KVTIER__PEER_STATE__PEER_* */
+    nng_socket push;
+    int open;
+    uint64_t last_heard_ms;
+    uint64_t rtt_us, bytes_in, bytes_out;
+    uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
+    uint32_t joins;
+};
+
+struct qmsg {
+    nng_msg *m;
+    struct qmsg *next;
+};
+
+struct cluster {
+    nng_socket pull;
+    int pull_open;
+    nng_aio *aio;
+    int efd;
+    pthread_mutex_t q_mtx; /* guards q_head, q_tail */
+    struct qmsg *q_head, *q_tail;
+    volatile int closing;
+    struct member *m;
+    uint32_t n;
+    uint32_t self_id;
+    char self_addr[CL_ADDR_MAX];
+    uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
+};
+
+/* ------------------------------------------------------------ receiving */
+
+static void recv_cb(void *arg)
+{
+    struct cluster *c = arg;
+    if (nng_aio_result(c->aio) != 0) {
+        if (!c->closing) nng_recv_aio(c->pull, c->aio);
+        return;
+    }
+    struct qmsg *q = malloc(sizeof *q);
+    if (!q) abort(); /* control-plane allocation */
+    q->m = nng_aio_get_msg(c->aio);
+    q->next = NULL;
+    pthread_mutex_lock(&c->q_mtx);
+    int was_empty = c->q_head == NULL;
+    if (c->q_tail) c->q_tail->next = q;
+    else c->q_head = q;
+    c->q_tail = q;
+    pthread_mutex_unlock(&c->q_mtx);
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(c->efd, &one, sizeof one);
+        (void)w;
+    }
+    if (!c->closing) nng_recv_aio(c->pull, c->aio);
+}
+
+static struct qmsg *take_all(struct cluster *c)
+{
+    uint64_t v;
+    ssize_t r = read(c->efd, &v, sizeof v);
+    (void)r;
+    pthread_mutex_lock(&c->q_mtx);
+    struct qmsg *q = c->q_head;
+    c->q_head = c->q_tail = NULL;
+    pthread_mutex_unlock(&c->q_mtx);
+    return q;
+}
+
+/* -------------------------------------------------------------- members */
+
+static struct member *find_id(struct cluster *c, uint32_t id)
+{
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->m[i].id == id) return &c->m[i];
+    return NULL;
+}
+
+static struct member *find_seed(struct cluster *c, const char *addr)
+{
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->m[i].id == 0 && !strcmp(c->m[i].addr, addr)) return &c->m[i];
+    return NULL;
+}
+
+static void member_dial(struct member *m)
+{
+    if (nng_push0_open(&m->push) != 0) return;
+    nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 50);
+    nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 500);
+    nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 0);
+    int rv = nng_dial(m->push, m->addr, NULL, NNG_FLAG_NONBLOCK);
+    if (rv != 0) log_warn("cluster", "dial %s: %s", m->addr, nng_strerror(rv));
+    m->open = 1;
+}
+
+static void member_undial(struct member *m)
+{
+    if (m->open) nng_close(m->push);
+    m->open = 0;
+}
+
+/* A new table entry (JOINING) dialled at addr; NULL when full. */
+static struct member *member_add(struct cluster *c, uint32_t id, const char *addr,
+                                 uint64_t inc)
+{
+    if (c->n == CL_MAX_MEMBERS) return NULL;
+    struct member *m = &c->m[c->n++];
+    memset(m, 0, sizeof *m);
+    m->id = id;
+    snprintf(m->addr, sizeof m->addr, "%s", addr);
+    m->inc = inc;
+    m->state = KVTIER__PEER_STATE__PEER_JOINING;
+    member_dial(m);
+    return m;
+}
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case KVTIER__PEER_STATE__PEER_JOINING: return "joining";
+    case KVTIER__PEER_STATE__PEER_ALIVE: return "alive";
+    case KVTIER__PEER_STATE__PEER_DEAD: return "dead";
+    default: return "none";
+    }
+}
+
+/* ------------------------------------------------------------- sending */
+
+static void send_msg(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
+{
+    struct cluster *c = d->cl;
+    pm->node_id = c->self_id;
+    pm->addr = c->self_addr;
+    pm->incarnation = c->inc;
+    pm->sent_ns = metrics_now_ns();
+    size_t len = kvtier__peer_msg__get_packed_size(pm);
+    nng_msg *msg;
+    if (!m->open || nng_msg_alloc(&msg, len) != 0) return;
+    kvtier__peer_msg__pack(pm, nng_msg_body(msg));
+    if (nng_sendmsg(m->push, msg, NNG_FLAG_NONBLOCK) != 0) {
+        nng_msg_free(msg);
+        return;
+    }
+    m->bytes_out += len;
+}
+
+static void send_join(struct kvtierd *d, struct member *m)
+{
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    Kvtier__PeerJoin j = KVTIER__PEER_JOIN__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_JOIN;
+    pm.join = &j;
+    send_msg(d, m, &pm);
+}
+
+static void send_heartbeat(struct kvtierd *d, struct member *to)
+{
+    struct cluster *c = d->cl;
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
+    Kvtier__PeerMember *mv = calloc(c->n + 1, sizeof *mv);
+    Kvtier__PeerMember **mp = calloc(c->n + 1, sizeof *mp);
+    if (!mv || !mp) abort();
+    for (uint32_t i = 0; i < c->n; i++) {
+        const struct member *m = &c->m[i];
+        if (m->state != KVTIER__PEER_STATE__PEER_ALIVE) continue;
+        kvtier__peer_member__init(&mv[hb.n_members]);
+        mv[hb.n_members].node_id = m->id;
+        mv[hb.n_members].addr = (char *)m->addr;
+        mv[hb.n_members].incarnation = m->inc;
+        mp[hb.n_members] = &mv[hb.n_members];
+        hb.n_members++;
+    }
+    hb.members = mp;
+    if (to->echo_ns) {
+        hb.echo_ns = to->echo_ns;
+        hb.held_ns = metrics_now_ns() - to->echo_rx_ns;
+    }
+    pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
+    pm.heartbeat = &hb;
+    send_msg(d, to, &pm);
+    free(mv);
+    free(mp);
+}
+
+/* ------------------------------------------------------------- applying */
+
+/* Count every refusal; log at most one a second (a misconfigured peer
+ * would otherwise flood the log at its heartbeat rate). */
+static int reject_log_due(struct cluster *c)
+{
+    uint64_t now = metrics_now_ns() / 1000000;
+    c->rejected++;
+    if (c->last_reject_log_ms && now - c->last_reject_log_ms < 1000) return 0;
+    c->last_reject_log_ms = now;
+    return 1;
+}
+
+static void reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why)
+{
+    if (reject_log_due(c))
+        log_warn("cluster", "rejected a message from %s (node %u): %s (%llu rejected)",
+                 pm->addr, (unsigned)pm->node_id, why, (unsigned long long)c->rejected);
+}
+
+static void set_state(struct cluster *c, struct member *m, int st, const char *why)
+{
+    if (m->state == st) return;
+    log_info("cluster", "member %u (%s): %s -> %s (%s); epoch %llu", (unsigned)m->id,
+             m->addr, state_name(m->state), state_name(st), why,
+             (unsigned long long)(c->epoch + 1));
+    m->state = st;
+    c->epoch++;
+}
+
+/* The sender is m and spoke: alive, a rejoin if its incarnation moved. */
+static void heard(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
+                  size_t len)
+{
+    struct cluster *c = d->cl;
+    uint64_t now = kvtierd_clock(d);
+    int rejoin = m->inc != 0 && pm->incarnation > m->inc;
+    if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
+        if (rejoin) m->state = KVTIER__PEER_STATE__PEER_DEAD; /* forces a change */
+        m->joins++;
+        set_state(c, m, KVTIER__PEER_STATE__PEER_ALIVE, rejoin ? "restarted" : "heard");
+    }
+    m->inc = pm->incarnation;
+    m->last_heard_ms = now;
+    m->bytes_in += len;
+    m->echo_ns = pm->sent_ns;
+    m->echo_rx_ns = metrics_now_ns();
+}
+
+static int valid_addr(const char *a)
+{
+    return a && !strncmp(a, "tcp://", 6) && strlen(a) > 6 && strlen(a) < CL_ADDR_MAX;
+}
+
+/* Members the sender holds alive: learn the ids we lack. */
+static void learn(struct kvtierd *d, const Kvtier__PeerHeartbeat *hb)
+{
+    struct cluster *c = d->cl;
+    for (size_t i = 0; i < hb->n_members; i++) {
+        const Kvtier__PeerMember *pm = hb->members[i];
+        if (!pm->node_id || pm->node_id == c->self_id || !valid_addr(pm->addr)) continue;
+        struct member *m = find_id(c, pm->node_id);
+        if (m) continue;
+        if ((m = find_seed(c, pm->addr))) {
+            m->id = pm->node_id;
+            m->inc = pm->incarnation;
+        } else if ((m = member_add(c, pm->node_id, pm->addr, pm->incarnation))) {
+            log_info("cluster", "learned member %u (%s)", (unsigned)m->id, m->addr);
+        }
+        if (m) send_join(d, m);
+    }
+}
+
+static void on_heartbeat(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    const Kvtier__PeerHeartbeat *hb = pm->heartbeat;
+    if (hb->echo_ns && hb->echo_ns <= metrics_now_ns()) {
+        uint64_t rt = metrics_now_ns() - hb->echo_ns;
+        m->rtt_us = (rt > hb->held_ns ? rt - hb->held_ns : 0) / 1000;
+    }
+    learn(d, hb);
+}
+
+/* A Join: add or adopt the sender, then answer with our view at once. */
+static struct member *on_join(struct kvtierd *d, const Kvtier__PeerMsg *pm)
+{
+    struct cluster *c = d->cl;
+    struct member *m = find_id(c, pm->node_id);
+    if (m && strcmp(m->addr, pm->addr) != 0) {
+        if (pm->incarnation <= m->inc) return NULL; /* an old claim: keep ours */
+        log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, pm->addr);
+        member_undial(m);
+        snprintf(m->addr, sizeof m->addr, "%s", pm->addr);
+        member_dial(m);
+    }
+    if (!m && (m = find_seed(c, pm->addr))) m->id = pm->node_id;
+    if (!m) m = member_add(c, pm->node_id, pm->addr, 0);
+    return m;
+}
+
+static const char *check_sender(const struct cluster *c, const Kvtier__PeerMsg *pm)
+{
+    if (pm->body_case == KVTIER__PEER_MSG__BODY__NOT_SET) return "no body";
+    if (pm->node_id == 0 || !valid_addr(pm->addr)) return "bad sender identity";
+    if (pm->node_id == c->self_id) return "sender claims this node's id";
+    return NULL;
+}
+
+static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
+{
+    struct cluster *c = d->cl;
+    Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
+    const char *why = pm ? check_sender(c, pm) : "does not decode";
+    if (why) {
+        if (reject_log_due(c))
+            log_warn("cluster", "rejected a %zu-byte message: %s (%llu rejected)", len,
+                     why, (unsigned long long)c->rejected);
+        if (pm) kvtier__peer_msg__free_unpacked(pm, NULL);
+        return;
+    }
+    struct member *m = find_id(c, pm->node_id);
+    if (!m && (m = find_seed(c, pm->addr))) m->id = pm->node_id; /* configured */
+    if (pm->body_case == KVTIER__PEER_MSG__BODY_JOIN) m = on_join(d, pm);
+    else if (m && strcmp(m->addr, pm->addr) != 0) m = NULL;
+    if (!m) {
+        reject(c, pm, "not a member");
+    } else if (m->inc && pm->incarnation < m->inc) {
+        reject(c, pm, "an old incarnation");
+    } else {
+        heard(d, m, pm, len);
+        if (pm->body_case == KVTIER__PEER_MSG__BODY_HEARTBEAT) on_heartbeat(d, m, pm);
+        else send_heartbeat(d, m);
+    }
+    kvtier__peer_msg__free_unpacked(pm, NULL);
+}
+
+void cluster_poll(struct kvtierd *d)
+{
+    if (!d->cl) return;
+    struct qmsg *q = take_all(d->cl);
+    while (q) {
+        struct qmsg *next = q->next;
+        apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
+        nng_msg_free(q->m);
+        free(q);
+        q = next;
+    }
+}
+
+/* ------------------------------------------------------------- the tick */
+
+void cluster_tick(struct kvtierd *d)
+{
+    struct cluster *c = d->cl;
+    if (!c) return;
+    uint64_t now = kvtierd_clock(d);
+    for (uint32_t i = 0; i < c->n; i++) {
+        struct member *m = &c->m[i];
+        if (m->state == KVTIER__PEER_STATE__PEER_ALIVE &&
+            now - m->last_heard_ms > d->cfg.cluster_failure_ms)
+            set_state(c, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
+    }
+    if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
+    c->last_hb_ms = now;
+    for (uint32_t i = 0; i < c->n; i++) {
+        struct member *m = &c->m[i];
+        /* A dead member may have restarted knowing nobody: a Join is the
+         * one message it accepts from us. */
+        if (m->state == KVTIER__PEER_STATE__PEER_ALIVE) send_heartbeat(d, m);
+        else send_join(d, m);
+    }
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void add_seeds(struct kvtierd *d)
+{
+    char buf[CFG_STR_MAX], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", d->cfg.cluster_seeds);
+    for (char *s = strtok_r(buf, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(s, d->cl->self_addr)) continue;
+        if (!valid_addr(s)) {
+            log_warn("cluster", "seed '%s' ignored: want tcp://host:port", s);
+            continue;
+        }
+        if (!find_seed(d->cl, s)) member_add(d->cl, 0, s, 0);
+    }
+}
+
+static int listen_pull(struct cluster *c)
+{
+    int rv = nng_pull0_open(&c->pull);
+    if (rv == 0) {
+        c->pull_open = 1;
+        nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, CL_MAX_MSG);
+        rv = nng_aio_alloc(&c->aio, recv_cb, c);
+    }
+    if (rv == 0) rv = nng_listen(c->pull, c->self_addr, NULL, 0);
+    if (rv != 0) {
+        log_error("cluster", "cannot listen on %s: %s", c->self_addr, nng_strerror(rv));
+        return -1;
+    }
+    nng_recv_aio(c->pull, c->aio);
+    return 0;
+}
+
+int cluster_open(struct kvtierd *d)
+{
+    if (!d->cfg.cluster_listen[0]) return 0;
+    struct cluster *c = calloc(1, sizeof *c);
+    if (!c) abort();
+    d->cl = c;
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&c->q_mtx, NULL);
+    c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m);
+    if (!c->m) abort();
+    c->self_id = (uint32_t)d->cfg.cluster_node_id;
+    snprintf(c->self_addr, sizeof c->self_addr, "%.*s", CL_ADDR_MAX - 1,
+             d->cfg.cluster_listen);
+    c->inc = (uint64_t)time(NULL) * 1000000ull + metrics_now_ns() / 1000 % 1000000ull;
+    if (c->efd < 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX || listen_pull(c) != 0) {
+        if (c->efd < 0) log_error("cluster", "eventfd: %s", strerror(errno));
+        return -1;
+    }
+    add_seeds(d);
+    log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
+             c->self_addr, (unsigned)c->n);
+    return 0;
+}
+
+int cluster_fd(const struct kvtierd *d)
+{
+    return d->cl ? d->cl->efd : -1;
+}
+
+void cluster_close(struct kvtierd *d)
+{
+    struct cluster *c = d->cl;
+    if (!c) return;
+    c->closing = 1;
+    if (c->aio) nng_aio_stop(c->aio);
+    if (c->pull_open) nng_close(c->pull);
+    if (c->aio) nng_aio_free(c->aio);
+    for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
+    struct qmsg *q = c->q_head;
+    while (q) {
+        struct qmsg *next = q->next;
+        nng_msg_free(q->m);
+        free(q);
+        q = next;
+    }
+    if (c->efd >= 0) close(c->efd);
+    pthread_mutex_destroy(&c->q_mtx);
+    free(c->m);
+    free(c);
+    d->cl = NULL;
+}
+
+/* ---------------------------------------------------------------- PEERS */
+
+static void fill_peer(struct kvtierd *d, const struct member *m, Kvtier__PeerInfo *p)
+{
+    kvtier__peer_info__init(p);
+    p->node_id = m->id;
+    p->addr = (char *)m->addr;
+    p->state = (Kvtier__PeerState)m->state;
+    p->incarnation = m->inc;
+    p->rtt_us = m->rtt_us;
+    p->bytes_in = m->bytes_in;
+    p->bytes_out = m->bytes_out;
+    p->last_heard_ms = m->last_heard_ms ? kvtierd_clock(d) - m->last_heard_ms : 0;
+    p->joins = m->joins;
+}
+
+void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp)
+{
+    struct cluster *c = d->cl;
+    Kvtier__PeersResp *pr = req_alloc(r, sizeof *pr);
+    kvtier__peers_resp__init(pr);
+    rsp->body_case = KVTIER__RESPONSE__BODY_PEERS;
+    rsp->peers = pr;
+    if (!c) return;
+    pr->enabled = 1;
+    pr->node_id = c->self_id;
+    pr->addr = c->self_addr;
+    pr->epoch = c->epoch;
+    pr->incarnation = c->inc;
+    pr->rejected = c->rejected;
+    pr->peers = req_alloc(r, (c->n + 1) * sizeof *pr->peers);
+    Kvtier__PeerInfo *pv = req_alloc(r, (c->n + 1) * sizeof *pv);
+    for (uint32_t i = 0; i < c->n; i++) {
+        fill_peer(d, &c->m[i], &pv[i]);
+        pr->peers[pr->n_peers++] = &pv[i];
+    }
+}

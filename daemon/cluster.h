@@ -1,0 +1,32 @@
+/*
+ * cluster.h -- membership of kvtierd daemons (see cluster.c).
+ *
+ * Ownership: struct cluster belongs to the core thread (d->cl); NULL when
+ * cluster.listen is empty, and every function here accepts that.
+ */
+#ifndef KVT_CLUSTER_H
+#define KVT_CLUSTER_H
+
+#include <stdint.h>
+
+#include "kvtier.pb-c.h"
+
+struct kvtierd;
+struct req;
+
+/* Listen, dial the seeds. 0, or -1 (logged). Nothing when cluster.listen
+ * is empty. */
+int cluster_open(struct kvtierd *d);
+/* The eventfd that wakes the core when daemon-to-daemon messages wait;
+ * -1 without a cluster. */
+int cluster_fd(const struct kvtierd *d);
+/* Handle every queued message. Core thread. */
+void cluster_poll(struct kvtierd *d);
+/* Heartbeats and failure detection; called every loop tick. */
+void cluster_tick(struct kvtierd *d);
+/* The PEERS request. */
+void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp);
+/* Close sockets, free queued messages. Accepts a half-open cluster. */
+void cluster_close(struct kvtierd *d);
+
+#endif

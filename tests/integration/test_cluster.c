@@ -1,0 +1,300 @@
+/*
+ * test_cluster.c -- three real daemons on loopback form a cluster: every
+ * node sees the others alive; messages from a node that is not a member,
+ * with a stolen id, or that do not decode are refused and change nothing;
+ * a member killed with SIGKILL is marked dead within the failure timeout
+ * (waited for with slack, not timed); restarted, it rejoins with a new
+ * incarnation and every node sees it alive again. kvtierctl peers --json
+ * shows the same; bad [cluster] settings stop the daemon before it starts.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/push.h>
+
+#include "client_internal.h"
+#include "daemon.h"
+#include "json.h"
+#include "kvtier.h"
+
+#define N 3
+#define FAIL_MS "1000"
+
+static struct tdaemon D[N];
+static char url[N][64];
+static int base_port;
+
+static int start_node(int i)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%d", i + 1);
+    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
+                           "--cluster.seeds", i ? url[0] : "",
+                           "--cluster.heartbeat_ms", "100",
+                           "--cluster.failure_timeout_ms", FAIL_MS, NULL};
+    return td_start(&D[i], extra);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    base_port = 30000 + (int)(getpid() % 10000) * 3;
+    for (int i = 0; i < N; i++) {
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", base_port + i);
+        if (start_node(i) != 0) return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = 0;
+    for (int i = 0; i < N; i++) {
+        if (D[i].pid > 0 && td_stop(&D[i]) != 0) rc = -1;
+        td_cleanup(&D[i]);
+    }
+    return rc;
+}
+
+/* PEERS from node i; caller frees. */
+static Kvtier__Response *peers(int i)
+{
+    kvt_client *c = td_connect(&D[i]);
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    assert_int_equal(r->body_case, KVTIER__RESPONSE__BODY_PEERS);
+    kvt_close(c);
+    return r;
+}
+
+/* State of node `id` as node i sees it (PEER_NONE if unknown). */
+static int state_of(int i, uint32_t id, uint32_t *joins)
+{
+    Kvtier__Response *r = peers(i);
+    int st = KVTIER__PEER_STATE__PEER_NONE;
+    for (size_t k = 0; k < r->peers->n_peers; k++) {
+        if (r->peers->peers[k]->node_id != id) continue;
+        st = r->peers->peers[k]->state;
+        if (joins) *joins = r->peers->peers[k]->joins;
+    }
+    kvtier__response__free_unpacked(r, NULL);
+    return st;
+}
+
+/* Wait until every live node sees node `id` in state st (slack: 15 s). */
+static int wait_state(uint32_t id, int st, int skip)
+{
+    long long deadline = td_now_ms() + 15000;
+    while (td_now_ms() < deadline) {
+        int ok = 1;
+        for (int i = 0; i < N && ok; i++)
+            if (i != skip && (uint32_t)(i + 1) != id && state_of(i, id, NULL) != st) ok = 0;
+        if (ok) return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
+static void test_all_see_each_other(void **state)
+{
+    (void)state;
+    for (uint32_t id = 1; id <= N; id++)
+        assert_int_equal(wait_state(id, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    Kvtier__Response *r = peers(0);
+    assert_true(r->peers->enabled);
+    assert_int_equal(r->peers->node_id, 1);
+    assert_int_equal(r->peers->n_peers, N - 1);
+    for (size_t k = 0; k < r->peers->n_peers; k++) {
+        assert_true(r->peers->peers[k]->bytes_in > 0);
+        assert_true(r->peers->peers[k]->bytes_out > 0);
+    }
+    kvtier__response__free_unpacked(r, NULL);
+}
+
+/* Push raw bytes at node 0's control channel. */
+static void push_raw(const void *buf, size_t len)
+{
+    nng_socket s;
+    assert_int_equal(nng_push0_open(&s), 0);
+    assert_int_equal(nng_dial(s, url[0], NULL, 0), 0);
+    assert_int_equal(nng_send(s, (void *)buf, len, 0), 0);
+    usleep(100000); /* let it leave before the socket closes */
+    nng_close(s);
+}
+
+static void push_heartbeat(uint32_t id, const char *addr)
+{
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
+    Kvtier__PeerMember mem = KVTIER__PEER_MEMBER__INIT, *mp = &mem;
+    mem.node_id = 77;
+    mem.addr = "tcp://127.0.0.1:9";
+    mem.incarnation = 1;
+    hb.members = &mp;
+    hb.n_members = 1;
+    pm.node_id = id;
+    pm.addr = (char *)addr;
+    pm.incarnation = UINT64_MAX / 2;
+    pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
+    pm.heartbeat = &hb;
+    uint8_t buf[256];
+    size_t len = kvtier__peer_msg__pack(&pm, buf);
+    push_raw(buf, len);
+}
+
+static uint64_t rejected(int i, uint64_t *epoch, size_t *n_peers)
+{
+    Kvtier__Response *r = peers(i);
+    uint64_t v = r->peers->rejected;
+    *epoch = r->peers->epoch;
+    *n_peers = r->peers->n_peers;
+    kvtier__response__free_unpacked(r, NULL);
+    return v;
+}
+
+static int wait_rejected(uint64_t want)
+{
+    uint64_t e;
+    size_t n;
+    for (int t = 0; t < 200; t++, usleep(25000))
+        if (rejected(0, &e, &n) >= want) return 0;
+    return -1;
+}
+
+static void test_rejects_strangers_and_junk(void **state)
+{
+    (void)state;
+    uint64_t e0, e1;
+    size_t n0, n1;
+    uint64_t r0 = rejected(0, &e0, &n0);
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    push_raw(junk, sizeof junk);
+    assert_int_equal(wait_rejected(r0 + 1), 0);
+    push_heartbeat(99, "tcp://127.0.0.1:9"); /* not a member; gossips node 77 */
+    assert_int_equal(wait_rejected(r0 + 2), 0);
+    push_heartbeat(2, "tcp://127.0.0.1:9");  /* a member's id, another address */
+    assert_int_equal(wait_rejected(r0 + 3), 0);
+    push_heartbeat(0, url[1]);               /* no identity */
+    assert_int_equal(wait_rejected(r0 + 4), 0);
+    assert_int_equal(rejected(0, &e1, &n1), r0 + 4);
+    assert_int_equal(e1, e0);                /* nothing changed */
+    assert_int_equal(n1, n0);
+    assert_int_equal(state_of(0, 77, NULL), KVTIER__PEER_STATE__PEER_NONE);
+    assert_int_equal(state_of(0, 99, NULL), KVTIER__PEER_STATE__PEER_NONE);
+    assert_int_equal(state_of(0, 2, NULL), KVTIER__PEER_STATE__PEER_ALIVE);
+    assert_true(td_log_has(&D[0], "rejected a"));
+}
+
+static void test_kill_and_rejoin(void **state)
+{
+    (void)state;
+    uint32_t joins = 0;
+    assert_int_equal(wait_state(2, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    td_kill(&D[1]);
+    assert_int_equal(wait_state(2, KVTIER__PEER_STATE__PEER_DEAD, 1), 0);
+    assert_true(td_log_has(&D[0], "member 2 (") && td_log_has(&D[0], "-> dead"));
+    assert_int_equal(start_node(1), 0);
+    assert_int_equal(wait_state(2, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(wait_state(1, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(wait_state(3, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(state_of(0, 2, &joins), KVTIER__PEER_STATE__PEER_ALIVE);
+    assert_int_equal(joins, 2);
+    assert_int_equal(state_of(2, 2, &joins), KVTIER__PEER_STATE__PEER_ALIVE);
+    assert_int_equal(joins, 2);
+}
+
+static void test_ctl_peers_json(void **state)
+{
+    (void)state;
+    const char *ctl = getenv("KVTIERCTL");
+    char cmd[1024], out[400], err[128];
+    snprintf(out, sizeof out, "%s/peers.json", D[0].dir);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' peers --json > '%s'",
+             ctl && ctl[0] ? ctl : "build/bin/kvtierctl", D[0].sock, out);
+    assert_int_equal(system(cmd), 0);
+    json_value *v = json_parse_file(out, err, sizeof err);
+    assert_non_null(v);
+    uint64_t id = 0;
+    assert_int_equal(json_uint(json_get(v, "node_id"), &id), 0);
+    assert_int_equal(id, 1);
+    const json_value *ps = json_get(v, "peers");
+    assert_int_equal(json_len(ps), N - 1);
+    for (size_t i = 0; i < json_len(ps); i++) {
+        assert_string_equal(json_string(json_get(json_at(ps, i), "state")), "alive");
+        assert_non_null(json_get(json_at(ps, i), "rtt_us"));
+        assert_non_null(json_get(json_at(ps, i), "bytes_out"));
+    }
+    json_free(v);
+}
+
+/* A daemon refused at start-up: exit status 2, a message in its log. */
+static void refused(const char *const *extra, const char *why)
+{
+    struct tdaemon t;
+    assert_int_equal(td_init(&t), 0);
+    pid_t pid = td_spawn(&t, extra);
+    assert_int_equal(td_wait_exit(pid, 10000), 2);
+    assert_true(td_log_has(&t, why));
+    td_cleanup(&t);
+}
+
+static void test_bad_settings_refused(void **state)
+{
+    (void)state;
+    const char *no_id[] = {"--cluster.listen", "tcp://127.0.0.1:9", NULL};
+    const char *not_tcp[] = {"--cluster.node_id", "4", "--cluster.listen",
+                             "ipc:///tmp/x", NULL};
+    const char *slow[] = {"--cluster.heartbeat_ms", "2000",
+                          "--cluster.failure_timeout_ms", "1000", NULL};
+    refused(no_id, "cluster.node_id");
+    refused(not_tcp, "wants tcp://");
+    refused(slow, "must exceed cluster.heartbeat_ms");
+}
+
+/* Without cluster.listen a daemon is a single node: PEERS says so. */
+static void test_off_without_listen(void **state)
+{
+    (void)state;
+    struct tdaemon t = {0};
+    assert_int_equal(td_start(&t, NULL), 0);
+    kvt_client *c = td_connect(&t);
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    assert_int_equal(r->body_case, KVTIER__RESPONSE__BODY_PEERS);
+    assert_false(r->peers->enabled);
+    assert_int_equal(r->peers->n_peers, 0);
+    kvtier__response__free_unpacked(r, NULL);
+    kvt_close(c);
+    assert_int_equal(td_stop(&t), 0);
+    td_cleanup(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_see_each_other),
+        cmocka_unit_test(test_rejects_strangers_and_junk),
+        cmocka_unit_test(test_kill_and_rejoin),
+        cmocka_unit_test(test_ctl_peers_json),
+        cmocka_unit_test(test_bad_settings_refused),
+        cmocka_unit_test(test_off_without_listen),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
