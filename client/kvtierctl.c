@@ -560,8 +560,10 @@ static void print_peers_json(const Kvtier__PeersResp *p)
     printf("{\"enabled\":%s,\"node_id\":%u,\"addr\":", p->enabled ? "true" : "false",
            p->node_id);
     json_str(p->addr);
-    printf(",\"epoch\":%llu,\"incarnation\":%llu,\"rejected\":%llu,\"peers\":[",
-           U(p->epoch), U(p->incarnation), U(p->rejected));
+    printf(",\"epoch\":%llu,\"incarnation\":%llu,\"rejected\":%llu,\"index_entries\":%llu,"
+           "\"peer_hits\":%llu,\"lookup_timeouts\":%llu,\"peers\":[",
+           U(p->epoch), U(p->incarnation), U(p->rejected), U(p->index_entries),
+           U(p->peer_hits), U(p->lookup_timeouts));
     for (size_t i = 0; i < p->n_peers; i++) {
         const Kvtier__PeerInfo *q = p->peers[i];
         printf("%s{\"node_id\":%u,\"addr\":", i ? "," : "", q->node_id);
@@ -582,6 +584,9 @@ static void print_peers(const Kvtier__PeersResp *p)
     }
     printf("node %u at %s, epoch %llu, %llu message(s) rejected\n", p->node_id, p->addr,
            U(p->epoch), U(p->rejected));
+    printf("global index: %llu entries owned here, %llu keys found on peers, %llu owner "
+           "queries timed out\n", U(p->index_entries), U(p->peer_hits),
+           U(p->lookup_timeouts));
     printf("%-6s %-28s %-8s %10s %12s %12s %10s\n", "NODE", "ADDR", "STATE", "RTT_US",
            "BYTES_IN", "BYTES_OUT", "HEARD_MS");
     for (size_t i = 0; i < p->n_peers; i++) {

@@ -40,43 +40,7 @@
 #include "kvtierd.h"
 #include "log.h"
 #include "metrics.h"
-
-#define CL_ADDR_MAX 128
-#define CL_MAX_MEMBERS 1024
-#define CL_MAX_MSG (1u << 20)
-
-struct member {
-    uint32_t id;             /* 0: a seed not heard from yet */
-    char addr[CL_ADDR_MAX];
-    uint64_t inc;
-    int state;               /* KVTIER__PEER_STATE__PEER_* */
-    nng_socket push;
-    int open;
-    uint64_t last_heard_ms;
-    uint64_t rtt_us, bytes_in, bytes_out;
-    uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
-    uint32_t joins;
-};
-
-struct qmsg {
-    nng_msg *m;
-    struct qmsg *next;
-};
-
-struct cluster {
-    nng_socket pull;
-    int pull_open;
-    nng_aio *aio;
-    int efd;
-    pthread_mutex_t q_mtx; /* guards q_head, q_tail */
-    struct qmsg *q_head, *q_tail;
-    volatile int closing;
-    struct member *m;
-    uint32_t n;
-    uint32_t self_id;
-    char self_addr[CL_ADDR_MAX];
-    uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
-};
+#include "cluster_int.h"
 
 /* ------------------------------------------------------------ receiving */
 
@@ -119,7 +83,7 @@ static struct qmsg *take_all(struct cluster *c)
 
 /* -------------------------------------------------------------- members */
 
-static struct member *find_id(struct cluster *c, uint32_t id)
+struct member *cl_find(struct cluster *c, uint32_t id)
 {
     for (uint32_t i = 0; i < c->n; i++)
         if (c->m[i].id == id) return &c->m[i];
@@ -177,7 +141,7 @@ static const char *state_name(int s)
 
 /* ------------------------------------------------------------- sending */
 
-static void send_msg(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
+void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
     pm->node_id = c->self_id;
@@ -201,7 +165,7 @@ static void send_join(struct kvtierd *d, struct member *m)
     Kvtier__PeerJoin j = KVTIER__PEER_JOIN__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_JOIN;
     pm.join = &j;
-    send_msg(d, m, &pm);
+    cl_send(d, m, &pm);
 }
 
 static void send_heartbeat(struct kvtierd *d, struct member *to)
@@ -229,7 +193,7 @@ static void send_heartbeat(struct kvtierd *d, struct member *to)
     }
     pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
     pm.heartbeat = &hb;
-    send_msg(d, to, &pm);
+    cl_send(d, to, &pm);
     free(mv);
     free(mp);
 }
@@ -247,34 +211,35 @@ static int reject_log_due(struct cluster *c)
     return 1;
 }
 
-static void reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why)
+void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why)
 {
     if (reject_log_due(c))
         log_warn("cluster", "rejected a message from %s (node %u): %s (%llu rejected)",
                  pm->addr, (unsigned)pm->node_id, why, (unsigned long long)c->rejected);
 }
 
-static void set_state(struct cluster *c, struct member *m, int st, const char *why)
+static void set_state(struct kvtierd *d, struct member *m, int st, const char *why)
 {
+    struct cluster *c = d->cl;
     if (m->state == st) return;
     log_info("cluster", "member %u (%s): %s -> %s (%s); epoch %llu", (unsigned)m->id,
              m->addr, state_name(m->state), state_name(st), why,
              (unsigned long long)(c->epoch + 1));
     m->state = st;
     c->epoch++;
+    gx_membership(d);
 }
 
 /* The sender is m and spoke: alive, a rejoin if its incarnation moved. */
 static void heard(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
                   size_t len)
 {
-    struct cluster *c = d->cl;
     uint64_t now = kvtierd_clock(d);
     int rejoin = m->inc != 0 && pm->incarnation > m->inc;
     if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
         if (rejoin) m->state = KVTIER__PEER_STATE__PEER_DEAD; /* forces a change */
         m->joins++;
-        set_state(c, m, KVTIER__PEER_STATE__PEER_ALIVE, rejoin ? "restarted" : "heard");
+        set_state(d, m, KVTIER__PEER_STATE__PEER_ALIVE, rejoin ? "restarted" : "heard");
     }
     m->inc = pm->incarnation;
     m->last_heard_ms = now;
@@ -295,7 +260,7 @@ static void learn(struct kvtierd *d, const Kvtier__PeerHeartbeat *hb)
     for (size_t i = 0; i < hb->n_members; i++) {
         const Kvtier__PeerMember *pm = hb->members[i];
         if (!pm->node_id || pm->node_id == c->self_id || !valid_addr(pm->addr)) continue;
-        struct member *m = find_id(c, pm->node_id);
+        struct member *m = cl_find(c, pm->node_id);
         if (m) continue;
         if ((m = find_seed(c, pm->addr))) {
             m->id = pm->node_id;
@@ -321,7 +286,7 @@ static void on_heartbeat(struct kvtierd *d, struct member *m, const Kvtier__Peer
 static struct member *on_join(struct kvtierd *d, const Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
-    struct member *m = find_id(c, pm->node_id);
+    struct member *m = cl_find(c, pm->node_id);
     if (m && strcmp(m->addr, pm->addr) != 0) {
         if (pm->incarnation <= m->inc) return NULL; /* an old claim: keep ours */
         log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, pm->addr);
@@ -342,6 +307,18 @@ static const char *check_sender(const struct cluster *c, const Kvtier__PeerMsg *
     return NULL;
 }
 
+static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    switch (pm->body_case) {
+    case KVTIER__PEER_MSG__BODY_JOIN: send_heartbeat(d, m); break;
+    case KVTIER__PEER_MSG__BODY_HEARTBEAT: on_heartbeat(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_HOLDERS: gx_on_holders(d, m, pm); break;
+    default: cl_reject(d->cl, pm, "unknown body"); break;
+    }
+}
+
 static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
 {
     struct cluster *c = d->cl;
@@ -354,18 +331,19 @@ static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
         if (pm) kvtier__peer_msg__free_unpacked(pm, NULL);
         return;
     }
-    struct member *m = find_id(c, pm->node_id);
+    struct member *m = cl_find(c, pm->node_id);
     if (!m && (m = find_seed(c, pm->addr))) m->id = pm->node_id; /* configured */
     if (pm->body_case == KVTIER__PEER_MSG__BODY_JOIN) m = on_join(d, pm);
     else if (m && strcmp(m->addr, pm->addr) != 0) m = NULL;
     if (!m) {
-        reject(c, pm, "not a member");
+        cl_reject(c, pm, "not a member");
     } else if (m->inc && pm->incarnation < m->inc) {
-        reject(c, pm, "an old incarnation");
+        cl_reject(c, pm, "an old incarnation");
+    } else if ((why = gx_check(d, m, pm))) {
+        cl_reject(c, pm, why);
     } else {
         heard(d, m, pm, len);
-        if (pm->body_case == KVTIER__PEER_MSG__BODY_HEARTBEAT) on_heartbeat(d, m, pm);
-        else send_heartbeat(d, m);
+        dispatch(d, m, pm);
     }
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }
@@ -394,8 +372,9 @@ void cluster_tick(struct kvtierd *d)
         struct member *m = &c->m[i];
         if (m->state == KVTIER__PEER_STATE__PEER_ALIVE &&
             now - m->last_heard_ms > d->cfg.cluster_failure_ms)
-            set_state(c, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
+            set_state(d, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
     }
+    gx_tick(d);
     if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
     c->last_hb_ms = now;
     for (uint32_t i = 0; i < c->n; i++) {
@@ -459,6 +438,7 @@ int cluster_open(struct kvtierd *d)
         return -1;
     }
     add_seeds(d);
+    if (gx_open(d) != 0) return -1;
     log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
              c->self_addr, (unsigned)c->n);
     return 0;
@@ -474,6 +454,7 @@ void cluster_close(struct kvtierd *d)
     struct cluster *c = d->cl;
     if (!c) return;
     c->closing = 1;
+    gx_close(d); /* answers parked lookups */
     if (c->aio) nng_aio_stop(c->aio);
     if (c->pull_open) nng_close(c->pull);
     if (c->aio) nng_aio_free(c->aio);
@@ -522,6 +503,7 @@ void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp)
     pr->epoch = c->epoch;
     pr->incarnation = c->inc;
     pr->rejected = c->rejected;
+    gx_fill_peers(d, pr);
     pr->peers = req_alloc(r, (c->n + 1) * sizeof *pr->peers);
     Kvtier__PeerInfo *pv = req_alloc(r, (c->n + 1) * sizeof *pv);
     for (uint32_t i = 0; i < c->n; i++) {

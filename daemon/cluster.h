@@ -26,6 +26,15 @@ void cluster_poll(struct kvtierd *d);
 void cluster_tick(struct kvtierd *d);
 /* The PEERS request. */
 void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp);
+/* gidx.c: this node now holds (held = 1) or no longer holds the chunk in
+ * a READY slot; its owners are told in the next batch. */
+void cluster_held(struct kvtierd *d, uint32_t slot, int held);
+/* LOOKUP: after the local pass filled lr (arena memory), ask the owners
+ * of the keys missing here. 1: the request is parked and answered later
+ * (lr is then discarded); 0: answer now with lr, updated with what this
+ * node could tell alone. */
+int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                   const Kvtier__Lookup *q, Kvtier__LookupResp *lr);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
 void cluster_close(struct kvtierd *d);
 

@@ -122,6 +122,12 @@ static const struct cfg_key keys[] = {
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
      100, 600000, "ms", 0, "a member not heard from for this long is marked "
      "dead (its chunks become misses)"},
+    {"cluster", "replicas", CFG_U64, F(cluster_replicas), "2", 1, 8, "count", 0,
+     "owners of each global index entry (rendezvous hashing over the live "
+     "members)"},
+    {"cluster", "lookup_timeout_ms", CFG_U64, F(cluster_lookup_ms), "500", 10,
+     60000, "ms", 1, "how long a LOOKUP waits for the owners of keys missing "
+     "here before answering with what it has"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -61,6 +61,8 @@ struct kvt_config {
     char cluster_seeds[CFG_STR_MAX];  /* comma list of members' listen urls */
     uint64_t cluster_heartbeat_ms;
     uint64_t cluster_failure_ms;  /* silent this long: dead */
+    uint64_t cluster_replicas;    /* owners of each global index entry */
+    uint64_t cluster_lookup_ms;   /* LOOKUP waits this long for owners */
 };
 
 /* Fill c with the embedded defaults. */

@@ -235,6 +235,7 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
     }
     r->rsp->body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     r->rsp->lookup = lr;
+    cluster_lookup(d, r->pipe, r->rsp->id, q, lr); /* may park the request */
 }
 
 /* ------------------------------------------------------------------- put */

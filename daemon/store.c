@@ -18,6 +18,7 @@
  */
 #include <string.h>
 
+#include "cluster.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "nvstore.h"
@@ -107,6 +108,7 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     d->st.bytes_in += e->size;
     adopt_added(d, slot);
     if (d->nvs) nvs_committed(d, slot);
+    cluster_held(d, slot, 1);
 }
 
 void store_free(struct kvtierd *d, uint32_t slot)
@@ -117,6 +119,7 @@ void store_free(struct kvtierd *d, uint32_t slot)
         ni->chunks--;
         ni->bytes -= e->size;
         if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+        cluster_held(d, slot, 0);
     }
     if (e->blk != IDX_NONE) {
         struct tier_loc loc = loc_of(e);
@@ -149,6 +152,7 @@ void store_delete(struct kvtierd *d, uint32_t slot)
     ni->chunks--;
     ni->bytes -= e->size;
     if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+    cluster_held(d, slot, 0);
     idx_doom(&d->idx, slot);
 }
 

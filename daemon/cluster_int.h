@@ -1,0 +1,86 @@
+/*
+ * cluster_int.h -- what cluster.c (membership) and gidx.c (the global
+ * index) share. Core thread only, like everything in struct cluster but
+ * its receive queue (q_mtx).
+ */
+#ifndef KVT_CLUSTER_INT_H
+#define KVT_CLUSTER_INT_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "kvtier.pb-c.h"
+
+#define CL_ADDR_MAX 128
+#define CL_MAX_MEMBERS 1024
+#define CL_MAX_MSG (1u << 20)
+
+struct gx_batch; /* gidx.c: index updates waiting for one member */
+
+struct member {
+    uint32_t id;             /* 0: a seed not heard from yet */
+    char addr[CL_ADDR_MAX];
+    uint64_t inc;
+    int state;               /* KVTIER__PEER_STATE__PEER_* */
+    nng_socket push;
+    int open;
+    uint64_t last_heard_ms;
+    uint64_t rtt_us, bytes_in, bytes_out;
+    uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
+    uint32_t joins;
+    struct gx_batch *batch;  /* gidx.c; freed by gx_close */
+};
+
+struct qmsg {
+    nng_msg *m;
+    struct qmsg *next;
+};
+
+struct gidx;
+
+struct cluster {
+    nng_socket pull;
+    int pull_open;
+    nng_aio *aio;
+    int efd;
+    pthread_mutex_t q_mtx; /* guards q_head, q_tail */
+    struct qmsg *q_head, *q_tail;
+    volatile int closing;
+    struct member *m;
+    uint32_t n;
+    uint32_t self_id;
+    char self_addr[CL_ADDR_MAX];
+    uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
+    struct gidx *gx;       /* gidx.c */
+};
+
+/* cluster.c */
+struct member *cl_find(struct cluster *c, uint32_t id);
+/* Fill in the sender and send without blocking (dropped if m is not
+ * connected). pm stays the caller's. */
+void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm);
+/* Count a refused message; log it at most once a second. */
+void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why);
+static inline int cl_alive(const struct member *m)
+{
+    return m && m->state == KVTIER__PEER_STATE__PEER_ALIVE;
+}
+
+/* gidx.c */
+int gx_open(struct kvtierd *d);
+void gx_close(struct kvtierd *d);
+void gx_tick(struct kvtierd *d);
+/* Membership changed: owners move; republish what this node holds. */
+void gx_membership(struct kvtierd *d);
+/* Why an index message from member m is malformed, or NULL. Checked
+ * before the message counts for anything (liveness included). */
+const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);
+/* Daemon-to-daemon messages of the index, from member m (checked). */
+void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
+
+#endif

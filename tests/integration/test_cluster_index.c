@@ -1,0 +1,265 @@
+/*
+ * test_cluster_index.c -- the global index over real daemons on loopback:
+ * a chunk put on node 1 is reported as TIER_PEER by a LOOKUP on node 3
+ * (and not with local_only); a node joins and another leaves (SIGTERM)
+ * while chunks are being put, and afterwards every chunk still held by a
+ * live node is found from every node, while the leaver's own chunks are
+ * misses. Index messages that claim a member's identity but are malformed
+ * (short keys, arrays of different lengths, an answer to no query) are
+ * refused and change nothing. Waits poll with generous slack; nothing is
+ * timed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/push.h>
+
+#include "client_internal.h"
+#include "daemon.h"
+#include "kvtier.h"
+
+#define MAXN 4
+#define NS "cl/idx"
+#define CHUNK 4096
+
+static struct tdaemon D[MAXN];
+static char url[MAXN][64];
+static kvt_client *C[MAXN];
+
+static int start_node(int i)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%d", i + 1);
+    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
+                           "--cluster.seeds", i ? url[0] : "",
+                           "--cluster.heartbeat_ms", "100",
+                           "--cluster.failure_timeout_ms", "1000", NULL};
+    if (td_start(&D[i], extra) != 0) return -1;
+    C[i] = td_connect(&D[i]);
+    return 0;
+}
+
+static void stop_node(int i)
+{
+    if (C[i]) kvt_close(C[i]);
+    C[i] = NULL;
+    if (D[i].pid > 0) td_stop(&D[i]);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    int base = 40000 + (int)(getpid() % 5000) * 4;
+    for (int i = 0; i < MAXN; i++)
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", base + i);
+    for (int i = 0; i < 3; i++)
+        if (start_node(i) != 0) return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAXN; i++) {
+        stop_node(i);
+        td_cleanup(&D[i]);
+    }
+    return 0;
+}
+
+static void put_one(int node, uint64_t seed)
+{
+    uint8_t buf[CHUNK];
+    kvt_key k = td_key(seed);
+    size_t size = CHUNK;
+    const void *b = buf;
+    td_fill(buf, CHUNK, seed);
+    assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+}
+
+/* LOOKUP of keys seeded first..first+n on node i; tiers out. */
+static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)
+{
+    ProtobufCBinaryData kb[64];
+    kvt_key keys[64];
+    assert_true(n <= 64);
+    for (uint32_t j = 0; j < n; j++) {
+        keys[j] = td_key(first + j);
+        kb[j] = (ProtobufCBinaryData){KVT_KEY_LEN, keys[j].b};
+    }
+    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
+    l.ns = NS;
+    l.keys = kb;
+    l.n_keys = n;
+    l.local_only = local_only;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
+    q.lookup = &l;
+    Kvtier__Response *r = NULL;
+    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
+    assert_int_equal(r->err, 0);
+    uint32_t got = r->lookup->n_present;
+    for (uint32_t j = 0; tiers && j < n; j++) tiers[j] = r->lookup->tiers[j];
+    kvtier__response__free_unpacked(r, NULL);
+    return got;
+}
+
+/* Wait until node i finds exactly `want` of the n keys from `first`. */
+static int wait_found(int i, uint64_t first, uint32_t n, uint32_t want)
+{
+    long long deadline = td_now_ms() + 20000;
+    while (td_now_ms() < deadline) {
+        int t[64];
+        uint32_t found = 0;
+        lookup(i, first, n, 0, t);
+        for (uint32_t j = 0; j < n; j++) found += t[j] != KVTIER__TIER__TIER_NONE;
+        if (found == want) return 0;
+        usleep(100000);
+    }
+    fprintf(stderr, "node %d: keys from %llu not found as wanted\n", i + 1,
+            (unsigned long long)first);
+    return -1;
+}
+
+static void test_put_on_a_lookup_on_c(void **state)
+{
+    (void)state;
+    int t[8];
+    for (uint64_t s = 0; s < 8; s++) put_one(0, 1000 + s);
+    assert_int_equal(wait_found(2, 1000, 8, 8), 0);
+    assert_int_equal(lookup(2, 1000, 8, 0, t), 8);
+    for (int j = 0; j < 8; j++) assert_int_equal(t[j], KVTIER__TIER__TIER_PEER);
+    assert_int_equal(lookup(2, 1000, 8, 1, t), 0);     /* local_only */
+    assert_int_equal(t[0], KVTIER__TIER__TIER_NONE);
+    assert_int_equal(lookup(0, 1000, 8, 0, t), 8);     /* the holder: DRAM */
+    assert_int_equal(t[0], KVTIER__TIER__TIER_DRAM);
+    assert_int_equal(lookup(2, 5000, 4, 0, NULL), 0);  /* nobody has these */
+}
+
+/* Chunks 2000 + 100*node + k are put on node (0-based). */
+static void put_round(int k, const int *live, int n_live)
+{
+    for (int j = 0; j < n_live; j++) put_one(live[j], 2000 + 100 * (uint64_t)live[j] + (uint64_t)k);
+}
+
+static void test_join_and_leave_while_putting(void **state)
+{
+    (void)state;
+    int live3[] = {0, 1, 2}, live_after[] = {0, 1, 3};
+    for (int k = 0; k < 20; k++) put_round(k, live3, 3);
+    assert_int_equal(start_node(3), 0);  /* joins through node 1 */
+    for (int k = 20; k < 30; k++) put_round(k, live3, 3);
+    stop_node(2);                        /* leaves */
+    for (int k = 30; k < 50; k++) put_round(k, live_after, 3);
+    for (int a = 0; a < 3; a++) {        /* every live node ... */
+        int i = live_after[a];
+        for (int b = 0; b < 3; b++) {    /* ... finds every live holder's chunks */
+            int h = live_after[b];
+            if (h == 3) continue;        /* node 4 joined late: it put none */
+            assert_int_equal(wait_found(i, 2000 + 100 * (uint64_t)h, 50, 50), 0);
+        }
+        assert_int_equal(wait_found(i, 2200, 30, 0), 0); /* the leaver's: misses */
+    }
+}
+
+static uint64_t node2_inc;
+
+static void peers_of(int i, uint64_t *rejected, uint64_t *entries)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
+    *rejected = r->peers->rejected;
+    *entries = r->peers->index_entries;
+    for (size_t k = 0; k < r->peers->n_peers; k++)
+        if (r->peers->peers[k]->node_id == 2) node2_inc = r->peers->peers[k]->incarnation;
+    kvtier__response__free_unpacked(r, NULL);
+}
+
+/* Send pm to node 1 as node 2 would (same id and url). */
+static void push_as_node2(Kvtier__PeerMsg *pm)
+{
+    pm->node_id = 2;
+    pm->addr = url[1];
+    pm->incarnation = node2_inc; /* node 2's own: no rejoin */
+    uint8_t buf[1024];
+    size_t len = kvtier__peer_msg__pack(pm, buf);
+    nng_socket s;
+    assert_int_equal(nng_push0_open(&s), 0);
+    assert_int_equal(nng_dial(s, url[0], NULL, 0), 0);
+    assert_int_equal(nng_send(s, buf, len, 0), 0);
+    usleep(100000);
+    nng_close(s);
+}
+
+static int wait_rejected(uint64_t want)
+{
+    for (int t = 0; t < 200; t++, usleep(25000)) {
+        uint64_t rj, en;
+        peers_of(0, &rj, &en);
+        if (rj >= want) return 0;
+    }
+    return -1;
+}
+
+static void test_malformed_index_messages(void **state)
+{
+    (void)state;
+    uint64_t rj0, en0, rj1, en1;
+    peers_of(0, &rj0, &en0);
+    uint8_t shortkey[5] = {1, 2, 3, 4, 5};
+    ProtobufCBinaryData kb = {sizeof shortkey, shortkey};
+    uint64_t nsh[2] = {1, 2};
+    protobuf_c_boolean drop[1] = {0};
+    Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
+    ix.keys = &kb, ix.n_keys = 1, ix.ns_hash = nsh, ix.n_ns_hash = 1;
+    ix.drop = drop, ix.n_drop = 1;
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
+    pm.index = &ix;
+    push_as_node2(&pm);                   /* a 5-byte key */
+    assert_int_equal(wait_rejected(rj0 + 1), 0);
+    kvt_key k = td_key(77);
+    kb = (ProtobufCBinaryData){KVT_KEY_LEN, k.b};
+    ix.n_ns_hash = 2;                     /* arrays of different lengths */
+    push_as_node2(&pm);
+    assert_int_equal(wait_rejected(rj0 + 2), 0);
+    Kvtier__PeerWhoHas w = KVTIER__PEER_WHO_HAS__INIT;
+    w.keys = &kb, w.n_keys = 1, w.ns_hash = nsh, w.n_ns_hash = 2;
+    pm.body_case = KVTIER__PEER_MSG__BODY_WHO_HAS;
+    pm.who_has = &w;
+    push_as_node2(&pm);
+    assert_int_equal(wait_rejected(rj0 + 3), 0);
+    uint32_t holders[1] = {2};
+    Kvtier__PeerHolders h = KVTIER__PEER_HOLDERS__INIT;
+    h.query_id = 987654321, h.holders = holders, h.n_holders = 1;
+    pm.body_case = KVTIER__PEER_MSG__BODY_HOLDERS;
+    pm.holders = &h;
+    push_as_node2(&pm);                   /* an answer to no query */
+    assert_int_equal(wait_rejected(rj0 + 4), 0);
+    peers_of(0, &rj1, &en1);
+    assert_int_equal(rj1, rj0 + 4);
+    assert_int_equal(en1, en0);
+    assert_true(td_log_has(&D[0], "malformed index update"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_on_a_lookup_on_c),
+        cmocka_unit_test(test_malformed_index_messages),
+        cmocka_unit_test(test_join_and_leave_while_putting),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
