@@ -28,8 +28,9 @@ endif
 CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -Iclient -Itests/lib -I$(BUILD)/gen
 
 LIBS    := -lnng -lprotobuf-c -linih -lxxhash -lcrypto -lpthread -ldl -lm
-# The daemon alone needs these (NVMe tier, its index); libkvtier does not.
-DAEMON_LIBS := -luring -lrocksdb
+# The daemon alone needs these (NVMe tier, its index, the peer tier over
+# UCX); libkvtier does not.
+DAEMON_LIBS := -luring -lrocksdb -lucp -lucs
 TEST_LIBS := -lcmocka
 
 GEN_C   := $(BUILD)/gen/kvtier.pb-c.c

@@ -561,9 +561,14 @@ static void print_peers_json(const Kvtier__PeersResp *p)
            p->node_id);
     json_str(p->addr);
     printf(",\"epoch\":%llu,\"incarnation\":%llu,\"rejected\":%llu,\"index_entries\":%llu,"
-           "\"peer_hits\":%llu,\"lookup_timeouts\":%llu,\"peers\":[",
+           "\"peer_hits\":%llu,\"lookup_timeouts\":%llu,",
            U(p->epoch), U(p->incarnation), U(p->rejected), U(p->index_entries),
            U(p->peer_hits), U(p->lookup_timeouts));
+    printf("\"peer_tier\":%s,\"remote_hits\":%llu,\"bad_checksums\":%llu,"
+           "\"fetch_failures\":%llu,\"get_deadlines\":%llu,\"fetched_bytes\":%llu,"
+           "\"peers\":[",
+           p->peer_tier ? "true" : "false", U(p->remote_hits), U(p->bad_checksums),
+           U(p->fetch_failures), U(p->get_deadlines), U(p->fetched_bytes));
     for (size_t i = 0; i < p->n_peers; i++) {
         const Kvtier__PeerInfo *q = p->peers[i];
         printf("%s{\"node_id\":%u,\"addr\":", i ? "," : "", q->node_id);
@@ -587,6 +592,10 @@ static void print_peers(const Kvtier__PeersResp *p)
     printf("global index: %llu entries owned here, %llu keys found on peers, %llu owner "
            "queries timed out\n", U(p->index_entries), U(p->peer_hits),
            U(p->lookup_timeouts));
+    printf("peer tier: %s; %llu chunks fetched (%llu bytes), %llu bad checksums, %llu "
+           "failed fetches, %llu GETs cut by their deadline\n",
+           p->peer_tier ? "up" : "off", U(p->remote_hits), U(p->fetched_bytes),
+           U(p->bad_checksums), U(p->fetch_failures), U(p->get_deadlines));
     printf("%-6s %-28s %-8s %10s %12s %12s %10s\n", "NODE", "ADDR", "STATE", "RTT_US",
            "BYTES_IN", "BYTES_OUT", "HEARD_MS");
     for (size_t i = 0; i < p->n_peers; i++) {

@@ -41,6 +41,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "cluster_int.h"
+#include "peer.h"
 
 /* ------------------------------------------------------------ receiving */
 
@@ -103,6 +104,9 @@ static void member_dial(struct member *m)
     nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 50);
     nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 500);
     nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 0);
+    /* Room for bursts (pins, index batches): a send fails only when the
+     * peer is gone or this far behind. */
+    nng_socket_set_int(m->push, NNG_OPT_SENDBUF, 1024);
     int rv = nng_dial(m->push, m->addr, NULL, NNG_FLAG_NONBLOCK);
     if (rv != 0) log_warn("cluster", "dial %s: %s", m->addr, nng_strerror(rv));
     m->open = 1;
@@ -141,9 +145,25 @@ static const char *state_name(int s)
 
 /* ------------------------------------------------------------- sending */
 
+/* Joins and heartbeats carry our UCX identity until m has an endpoint. */
+static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
+{
+    const void *a, *r;
+    size_t al, rl;
+    pm->have_ucx = peer_conn_ok(m->conn);
+    if (!c->pt || m->ucx_acked || (pm->body_case != KVTIER__PEER_MSG__BODY_JOIN &&
+                                   pm->body_case != KVTIER__PEER_MSG__BODY_HEARTBEAT))
+        return;
+    peer_self(c->pt, &a, &al, &r, &rl, &pm->pool_base);
+    pm->ucx_addr = (ProtobufCBinaryData){al, (uint8_t *)a};
+    pm->ucx_rkey = (ProtobufCBinaryData){rl, (uint8_t *)r};
+}
+
 void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
+    if (!m) return;
+    attach_ucx(c, m, pm);
     pm->node_id = c->self_id;
     pm->addr = c->self_addr;
     pm->incarnation = c->inc;
@@ -237,6 +257,7 @@ static void heard(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm
     uint64_t now = kvtierd_clock(d);
     int rejoin = m->inc != 0 && pm->incarnation > m->inc;
     if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
+        if (rejoin) pg_member_down(d, m); /* its UCX endpoint is stale */
         if (rejoin) m->state = KVTIER__PEER_STATE__PEER_DEAD; /* forces a change */
         m->joins++;
         set_state(d, m, KVTIER__PEER_STATE__PEER_ALIVE, rejoin ? "restarted" : "heard");
@@ -307,14 +328,35 @@ static const char *check_sender(const struct cluster *c, const Kvtier__PeerMsg *
     return NULL;
 }
 
+/* m's UCX identity: connect once (again after the endpoint failed). */
+static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    char err[256];
+    struct cluster *c = d->cl;
+    m->ucx_acked = pm->have_ucx;
+    if (!c->pt || !pm->ucx_addr.len || !pm->ucx_rkey.len || peer_conn_ok(m->conn)) return;
+    if (m->conn) pg_member_down(d, m);
+    if (peer_connect(c->pt, pm->ucx_addr.data, pm->ucx_addr.len, pm->ucx_rkey.data,
+                     pm->ucx_rkey.len, pm->pool_base, &m->conn, err, sizeof err) != 0) {
+        if (!m->ucx_warned++)
+            log_warn("peer", "node %u: no UCX endpoint (GETs will not fetch from it): %s",
+                     (unsigned)m->id, err);
+    } else
+        log_info("peer", "node %u: UCX endpoint ready", (unsigned)m->id);
+}
+
 static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
+    learn_ucx(d, m, pm);
     switch (pm->body_case) {
     case KVTIER__PEER_MSG__BODY_JOIN: send_heartbeat(d, m); break;
     case KVTIER__PEER_MSG__BODY_HEARTBEAT: on_heartbeat(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_HOLDERS: gx_on_holders(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_PIN: pg_on_pin(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_PINNED: pg_on_pinned(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_UNPIN: pg_on_unpin(d, m, pm); break;
     default: cl_reject(d->cl, pm, "unknown body"); break;
     }
 }
@@ -339,7 +381,7 @@ static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
         cl_reject(c, pm, "not a member");
     } else if (m->inc && pm->incarnation < m->inc) {
         cl_reject(c, pm, "an old incarnation");
-    } else if ((why = gx_check(d, m, pm))) {
+    } else if ((why = gx_check(d, m, pm)) || (why = pg_check(d, m, pm))) {
         cl_reject(c, pm, why);
     } else {
         heard(d, m, pm, len);
@@ -370,11 +412,14 @@ void cluster_tick(struct kvtierd *d)
     uint64_t now = kvtierd_clock(d);
     for (uint32_t i = 0; i < c->n; i++) {
         struct member *m = &c->m[i];
-        if (m->state == KVTIER__PEER_STATE__PEER_ALIVE &&
-            now - m->last_heard_ms > d->cfg.cluster_failure_ms)
-            set_state(d, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
+        if (m->state != KVTIER__PEER_STATE__PEER_ALIVE ||
+            now - m->last_heard_ms <= d->cfg.cluster_failure_ms)
+            continue;
+        set_state(d, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
+        pg_member_down(d, m);
     }
     gx_tick(d);
+    pg_tick(d);
     if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
     c->last_hb_ms = now;
     for (uint32_t i = 0; i < c->n; i++) {
@@ -438,7 +483,7 @@ int cluster_open(struct kvtierd *d)
         return -1;
     }
     add_seeds(d);
-    if (gx_open(d) != 0) return -1;
+    if (gx_open(d) != 0 || pg_open(d) != 0) return -1;
     log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
              c->self_addr, (unsigned)c->n);
     return 0;
@@ -454,7 +499,9 @@ void cluster_close(struct kvtierd *d)
     struct cluster *c = d->cl;
     if (!c) return;
     c->closing = 1;
+    pg_close(d); /* answers parked GETs */
     gx_close(d); /* answers parked lookups */
+    pg_free(d);
     if (c->aio) nng_aio_stop(c->aio);
     if (c->pull_open) nng_close(c->pull);
     if (c->aio) nng_aio_free(c->aio);
@@ -504,10 +551,21 @@ void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp)
     pr->incarnation = c->inc;
     pr->rejected = c->rejected;
     gx_fill_peers(d, pr);
+    pg_fill_peers(d, pr);
     pr->peers = req_alloc(r, (c->n + 1) * sizeof *pr->peers);
     Kvtier__PeerInfo *pv = req_alloc(r, (c->n + 1) * sizeof *pv);
     for (uint32_t i = 0; i < c->n; i++) {
         fill_peer(d, &c->m[i], &pv[i]);
         pr->peers[pr->n_peers++] = &pv[i];
     }
+}
+
+int cluster_peer_fd(const struct kvtierd *d)
+{
+    return d->cl ? peer_fd(d->cl->pt) : -1;
+}
+
+void cluster_peer_poll(struct kvtierd *d)
+{
+    if (d->cl && d->cl->pt) peer_progress(d->cl->pt);
 }

@@ -7,6 +7,7 @@
 #ifndef KVT_CLUSTER_H
 #define KVT_CLUSTER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvtier.pb-c.h"
@@ -35,6 +36,13 @@ void cluster_held(struct kvtierd *d, uint32_t slot, int held);
  * node could tell alone. */
 int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr);
+/* pget.c: GET after the local pass found slots[0..n): fetch the rest
+ * from peers. 1: parked, answered later; 0: answer now. */
+int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                const Kvtier__Get *q, const uint32_t *slots, size_t n);
+/* The peer tier's fd for the core's epoll (-1: none), and its handler. */
+int cluster_peer_fd(const struct kvtierd *d);
+void cluster_peer_poll(struct kvtierd *d);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
 void cluster_close(struct kvtierd *d);
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "kvtier.h"
 #include "kvtier.pb-c.h"
 
 #define CL_ADDR_MAX 128
@@ -31,6 +32,9 @@ struct member {
     uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
     uint32_t joins;
     struct gx_batch *batch;  /* gidx.c; freed by gx_close */
+    struct peer_conn *conn;  /* UCX endpoint to it (pget.c), or NULL */
+    int ucx_acked;           /* it has an endpoint to us */
+    int ucx_warned;          /* said once that no endpoint could be made */
 };
 
 struct qmsg {
@@ -54,6 +58,8 @@ struct cluster {
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
     struct gidx *gx;       /* gidx.c */
+    struct peer_tier *pt;  /* UCX (tiers/peer.c), or NULL */
+    struct pgs *pg;        /* pget.c */
 };
 
 /* cluster.c */
@@ -82,5 +88,26 @@ void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
 void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
 void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
+uint64_t gx_ns_hash(const char *ns);
+/* Find a live holder other than this node for each of keys[0..n) (all in
+ * one namespace): done(d, arg, holders, n) is called exactly once, with
+ * holders[i] a member id or 0, within cluster.lookup_timeout_ms, maybe
+ * before gx_resolve returns. keys must stay valid until then. */
+typedef void (*gx_done_fn)(struct kvtierd *d, void *arg, const uint32_t *holders,
+                           uint32_t n);
+void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
+                gx_done_fn done, void *arg);
+
+/* pget.c */
+int pg_open(struct kvtierd *d);
+void pg_close(struct kvtierd *d); /* answers parked GETs, closes endpoints */
+void pg_free(struct kvtierd *d);  /* after gx_close */
+void pg_tick(struct kvtierd *d);
+void pg_member_down(struct kvtierd *d, struct member *m);
+const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_pinned(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_unpin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
 
 #endif

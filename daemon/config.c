@@ -128,6 +128,13 @@ static const struct cfg_key keys[] = {
     {"cluster", "lookup_timeout_ms", CFG_U64, F(cluster_lookup_ms), "500", 10,
      60000, "ms", 1, "how long a LOOKUP waits for the owners of keys missing "
      "here before answering with what it has"},
+    {"cluster", "ucx_wakeup", CFG_U64, F(cluster_ucx_wakeup), "1", 0, 1, "bool", 0,
+     "1: the UCX worker wakes the daemon through its event fd and endpoints "
+     "fail their requests when the peer dies (tcp, RDMA); 0: for the "
+     "shared-memory transports (UCX_TLS=sm), which offer neither in UCX 1.13: "
+     "the worker is polled while peer fetches or pins are outstanding, and a "
+     "dead peer's fetches end at the GET deadline or when the member is marked "
+     "dead. UCX picks the transport (UCX_TLS)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

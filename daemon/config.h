@@ -63,6 +63,7 @@ struct kvt_config {
     uint64_t cluster_failure_ms;  /* silent this long: dead */
     uint64_t cluster_replicas;    /* owners of each global index entry */
     uint64_t cluster_lookup_ms;   /* LOOKUP waits this long for owners */
+    uint64_t cluster_ucx_wakeup;  /* 1: UCX event fd; 0: poll (shared memory) */
 };
 
 /* Fill c with the embedded defaults. */

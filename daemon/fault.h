@@ -8,7 +8,8 @@
  *     KVT_FAULT="nvme_read=1,nvme_write=3+,nvme_grow=1+,uring_regbuf=1"
  *
  * (and index_put: a record written but never indexed; nvme_hold: a read
- * that completes only when a later I/O does).
+ * that completes only when a later I/O does; peer_corrupt: a holder
+ * flips a byte of a chunk a peer is about to pull).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -28,6 +29,8 @@ enum fault_point {
                          * daemon died between the two) */
     FAULT_NVME_HOLD,    /* a read completion is held back until another
                          * I/O completes (a slow device) */
+    FAULT_PEER_CORRUPT, /* a holder flips a byte of a chunk it pins for a
+                         * peer (pget.c): the peer's checksum must catch it */
     FAULT_COUNT
 };
 

@@ -75,6 +75,9 @@ struct gpark { /* one parked LOOKUP */
     uint32_t n, pending;
     kvt_key *keys;
     Kvtier__Tier *tiers;
+    uint32_t *holder;  /* a live holder found, or 0 */
+    gx_done_fn done;   /* gx_resolve: called instead of a reply */
+    void *arg;
     struct gpark *next;
 };
 
@@ -96,7 +99,7 @@ static struct gidx *gx_of(struct kvtierd *d)
     return d->cl ? d->cl->gx : NULL;
 }
 
-static uint64_t gx_ns_hash(const char *ns)
+uint64_t gx_ns_hash(const char *ns)
 {
     return XXH3_64bits(ns, strlen(ns));
 }
@@ -427,6 +430,14 @@ static uint32_t leading(const Kvtier__Tier *t, uint32_t n)
     return i;
 }
 
+static void park_free(struct gpark *p)
+{
+    free(p->keys);
+    free(p->tiers);
+    free(p->holder);
+    free(p);
+}
+
 /* Answer p with what it has and free it (its queries must be gone). */
 static void park_finish(struct kvtierd *d, struct gpark *p)
 {
@@ -436,6 +447,11 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
             *pp = p->next;
             break;
         }
+    if (p->done) {
+        p->done(d, p->arg, p->holder, p->n);
+        park_free(p);
+        return;
+    }
     Kvtier__LookupResp lr = KVTIER__LOOKUP_RESP__INIT;
     lr.tiers = p->tiers;
     lr.n_tiers = p->n;
@@ -445,9 +461,7 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
     rsp.body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     rsp.lookup = &lr;
     reply(d, p, pipe_alive(d, p->pipe) ? &rsp : NULL);
-    free(p->keys);
-    free(p->tiers);
-    free(p);
+    park_free(p);
 }
 
 static void gq_unlink(struct gidx *g, struct gq *q)
@@ -473,7 +487,8 @@ void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
         if (id && id != d->cl->self_id && cl_alive(cl_find(d->cl, id)) &&
             p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
             p->tiers[q->idx[i]] = KVTIER__TIER__TIER_PEER;
-            g->peer_hits++;
+            p->holder[q->idx[i]] = id;
+            g->peer_hits += !p->done;
         }
     }
     gq_unlink(g, q);
@@ -538,7 +553,8 @@ static struct gpark *park_new(const Kvtier__Lookup *q, const Kvtier__LookupResp 
     p->n = (uint32_t)q->n_keys;
     p->keys = calloc(p->n, sizeof *p->keys);
     p->tiers = calloc(p->n, sizeof *p->tiers);
-    if (!p->keys || !p->tiers) abort();
+    p->holder = calloc(p->n + 1, sizeof *p->holder);
+    if (!p->keys || !p->tiers || !p->holder) abort();
     for (uint32_t i = 0; i < p->n; i++) {
         memcpy(p->keys[i].b, q->keys[i].data, KVT_KEY_LEN);
         p->tiers[i] = lr->tiers[i];
@@ -553,9 +569,7 @@ static void park_discard(struct gidx *g, struct gpark *p)
         next = q->next;
         if (q->p == p) gq_unlink(g, q);
     }
-    free(p->keys);
-    free(p->tiers);
-    free(p);
+    park_free(p);
 }
 
 /* Resolve what this node owns now; queue queries for the rest. */
@@ -569,9 +583,9 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
         for (uint32_t j = 0; j < n && p->tiers[i] == KVTIER__TIER__TIER_NONE; j++) {
             if (o[j] != c->self_id) {
                 ask(g, p, o[j], i);
-            } else if (live_holder(d, &p->keys[i], nsh, c->self_id)) {
+            } else if ((p->holder[i] = live_holder(d, &p->keys[i], nsh, c->self_id))) {
                 p->tiers[i] = KVTIER__TIER__TIER_PEER;
-                g->peer_hits++;
+                g->peer_hits += !p->done;
             }
         }
     }
@@ -600,6 +614,32 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     for (struct gq *x = g->qs; x; x = x->next)
         if (x->p == p) send_query(d, x, nsh);
     return 1;
+}
+
+void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
+                gx_done_fn done, void *arg)
+{
+    struct gidx *g = gx_of(d);
+    struct gpark *p = calloc(1, sizeof *p);
+    if (!p) abort();
+    p->n = n;
+    p->keys = calloc(n + 1, sizeof *p->keys);
+    p->tiers = calloc(n + 1, sizeof *p->tiers);
+    p->holder = calloc(n + 1, sizeof *p->holder);
+    if (!p->keys || !p->tiers || !p->holder) abort();
+    memcpy(p->keys, keys, n * sizeof *keys);
+    p->done = done;
+    p->arg = arg;
+    plan(d, p, nsh);
+    p->deadline = kvtierd_clock(d) + d->cfg.cluster_lookup_ms;
+    p->next = g->parks;
+    g->parks = p;
+    if (!p->pending) {
+        park_finish(d, p);
+        return;
+    }
+    for (struct gq *x = g->qs; x; x = x->next)
+        if (x->p == p) send_query(d, x, nsh);
 }
 
 /* Past its deadline: drop the queries still out, answer what is known. */

@@ -467,6 +467,8 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     if (n && d->nvs && nvs_get(d, r->pipe, r->rsp->id, ns, q->inline_,
                                (uint32_t)q->n_keys, slots, &n))
         return;
+    /* Keys held by peers: pulled over UCX first; the answer comes later. */
+    if (cluster_get(d, r->pipe, r->rsp->id, q, slots, n)) return;
     get_answer(r, ns, q->inline_, q->n_keys, slots, n);
 }
 

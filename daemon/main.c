@@ -329,7 +329,7 @@ static int make_fds(int *tfd, int *sfd)
 }
 
 struct loop {
-    int ep, tfd, sfd, sv, lfd, mfd, nfd, cfd;
+    int ep, tfd, sfd, sv, lfd, mfd, nfd, cfd, pfd;
     uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
     int running;
 };
@@ -456,13 +456,14 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
     lp->nfd = nvs_fd(d);
     lp->cfd = cluster_fd(d);
+    lp->pfd = cluster_peer_fd(d);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
         log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int fds[7] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd, lp->cfd};
-    for (int i = 0; i < 7; i++) {
+    int fds[8] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd, lp->cfd, lp->pfd};
+    for (int i = 0; i < 8; i++) {
         if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
@@ -491,6 +492,7 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
     else if (fd == lp->nfd) nvs_poll(d);
     else if (fd == lp->cfd) cluster_poll(d);
+    else if (fd == lp->pfd) cluster_peer_poll(d);
 }
 
 static int run_loop(struct kvtierd *d)

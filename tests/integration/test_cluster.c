@@ -26,7 +26,7 @@
 #include "kvtier.h"
 
 #define N 3
-#define FAIL_MS "1000"
+#define FAIL_MS "2000"
 
 static struct tdaemon D[N];
 static char url[N][64];

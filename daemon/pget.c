@@ -1,0 +1,643 @@
+/*
+ * pget.c -- GET from peers: the requester's fetch and the holder's pins.
+ *
+ * Design (DESIGN §3, §5): a GET whose leading keys stop short here asks
+ * the global index who holds the rest (gx_resolve), then asks each holder
+ * to pin its chunks (PeerPin). The holder pins them as a read lease would
+ * (a pinned chunk is neither evicted nor freed), answers with each one's
+ * pool offset, size and checksum (PeerPinned), and keeps the pin until
+ * PeerUnpin, its deadline (daemon.lease_timeout_ms), or the requester's
+ * death. The requester reserves DRAM for each chunk (store_reserve: the
+ * slot stays PENDING, invisible), pulls the bytes with UCX one-sided gets
+ * straight into it (tiers/peer.c), verifies the XXH3-64 checksum, and
+ * only then commits the chunk as a local replica; the holder is told to
+ * unpin as soon as its chunks are in. The GET is parked (as nvpark.c
+ * parks one for NVMe) and answered with the local prefix extended by the
+ * verified chunks, once every fetch has ended or at its deadline
+ * (Get.deadline_ms, else nvme.get_deadline_ms): then fetches still in
+ * flight are cancelled, and their reserved space is freed only when UCX
+ * has let go of it. A bad checksum, a failed fetch or a dead holder is a
+ * miss, counted; no byte of an unverified chunk is ever visible.
+ *
+ * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
+ * it pins (restored at unpin): what a requester pulls then fails its
+ * checksum.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster_int.h"
+#include "fault.h"
+#include "kvcache.h"
+#include "kvtierd.h"
+#include "local.h"
+#include "log.h"
+#include "nvstore.h" /* handle_get_answer */
+#include "peer.h"
+#include "server.h"
+#include "wire.h"
+
+#define PG_REAP_MS 10000 /* an answered GET waits this long for holders */
+
+enum { PI_NONE = 0, PI_FETCH, PI_OK, PI_MISS };
+
+struct pget;
+
+struct pitem { /* one key fetched from a peer */
+    struct pget *g;
+    struct ppin *pin;
+    uint32_t slot;
+    uint64_t csum;
+    struct peer_fetch *f;
+    uint8_t st;
+};
+
+struct ppin { /* one PeerPin sent, until its chunks are in */
+    uint64_t id;
+    uint32_t holder, n, left;
+    uint32_t *k;  /* key indices of the GET */
+    int answered; /* PeerPinned came */
+    struct pget *g;
+    struct ppin *next;
+};
+
+struct pget {
+    struct kvtierd *d;
+    void *later;
+    uint32_t pipe;
+    uint64_t req_id, deadline;
+    uint16_t ns;
+    int inline_, answered, resolving;
+    int sync; /* inside cluster_get: settle must not answer yet */
+    uint32_t n_keys, n_local, fetching, pins_out;
+    kvt_key *keys;
+    uint32_t *slots;
+    struct pitem *it;
+    struct pget *next;
+};
+
+struct hpin { /* holder side: chunks pinned for a peer */
+    uint64_t id, deadline;
+    uint32_t peer, n, flipped;
+    uint32_t *slot;
+    struct hpin *next;
+};
+
+struct pgs {
+    struct pget *gets;
+    struct ppin *pins;
+    struct hpin *hpins;
+    uint64_t next_id;
+    uint32_t n_parked_nng;
+    uint64_t hits, bad_csum, fetch_failed, expired;
+};
+
+static struct pgs *pg_of(struct kvtierd *d)
+{
+    return d->cl ? d->cl->pg : NULL;
+}
+
+/* ---------------------------------------------------------- holder side */
+
+static void hpin_release(struct kvtierd *d, struct hpin *h)
+{
+    if (h->flipped != IDX_NONE) ((uint8_t *)store_ptr(d, h->flipped))[0] ^= 0xff;
+    for (uint32_t i = 0; i < h->n; i++) {
+        uint32_t s = h->slot[i];
+        if (s == IDX_NONE) continue;
+        if (idx_unpin(&d->idx, s) == 0 && idx_at(&d->idx, s)->state == IDX_DOOMED)
+            store_free(d, s);
+    }
+    free(h->slot);
+    free(h);
+}
+
+/* Unpin the pin id of peer; with id 0, every pin of peer; with peer 0
+ * too, those past their deadline at now. */
+static void hpins_drop(struct kvtierd *d, uint32_t peer, uint64_t now, uint64_t id)
+{
+    struct pgs *s = pg_of(d);
+    for (struct hpin **pp = &s->hpins, *h; (h = *pp);) {
+        int drop = id ? h->id == id && h->peer == peer
+                 : peer ? h->peer == peer : now >= h->deadline;
+        if (!drop) {
+            pp = &h->next;
+            continue;
+        }
+        *pp = h->next;
+        hpin_release(d, h);
+    }
+    peer_serving(d->cl->pt, s->hpins != NULL);
+}
+
+static uint32_t pin_one(struct kvtierd *d, uint16_t ns, const uint8_t *key)
+{
+    if (ns == NS_NONE) return IDX_NONE;
+    uint32_t s = idx_find(&d->idx, ns, (const kvt_key *)key);
+    if (s == IDX_NONE || idx_at(&d->idx, s)->state != IDX_READY || !store_in_dram(d, s))
+        return IDX_NONE;
+    idx_pin(&d->idx, s);
+    return s;
+}
+
+static void send_pinned(struct kvtierd *d, struct member *m, uint64_t id,
+                        const struct hpin *h)
+{
+    uint64_t *v = calloc(3 * (size_t)h->n + 1, sizeof *v);
+    if (!v) abort();
+    Kvtier__PeerPinned pd = KVTIER__PEER_PINNED__INIT;
+    pd.pin_id = id;
+    pd.n_offset = pd.n_size = pd.n_checksum = h->n;
+    pd.offset = v, pd.size = v + h->n, pd.checksum = v + 2 * (size_t)h->n;
+    for (uint32_t i = 0; i < h->n; i++) {
+        if (h->slot[i] == IDX_NONE) continue;
+        const struct idx_entry *e = idx_at(&d->idx, h->slot[i]);
+        pd.offset[i] = store_off(d, h->slot[i]);
+        pd.size[i] = e->size;
+        pd.checksum[i] = e->csum;
+    }
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_PINNED;
+    pm.pinned = &pd;
+    cl_send(d, m, &pm);
+    free(v);
+}
+
+void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    const Kvtier__PeerPin *p = pm->pin;
+    struct hpin *h = calloc(1, sizeof *h);
+    if (!h || !(h->slot = calloc(p->n_keys + 1, sizeof *h->slot))) abort();
+    uint16_t ns = ns_find(&d->ns, p->ns);
+    uint32_t pinned = 0;
+    h->id = p->pin_id;
+    h->peer = m->id;
+    h->n = (uint32_t)p->n_keys;
+    h->flipped = IDX_NONE;
+    h->deadline = kvtierd_clock(d) + d->cfg.lease_timeout_ms;
+    for (uint32_t i = 0; i < h->n; i++)
+        pinned += (h->slot[i] = pin_one(d, ns, p->keys[i].data)) != IDX_NONE;
+    for (uint32_t i = 0; i < h->n && pinned; i++) {
+        if (h->slot[i] == IDX_NONE || !fault_hit(FAULT_PEER_CORRUPT)) continue;
+        ((uint8_t *)store_ptr(d, h->slot[i]))[0] ^= 0xff; /* restored at unpin */
+        h->flipped = h->slot[i];
+        break;
+    }
+    send_pinned(d, m, p->pin_id, h);
+    if (!pinned) {
+        hpin_release(d, h);
+        return;
+    }
+    h->next = pg_of(d)->hpins;
+    pg_of(d)->hpins = h;
+    peer_serving(d->cl->pt, 1);
+}
+
+void pg_on_unpin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    hpins_drop(d, m->id, 0, pm->unpin->pin_id);
+}
+
+/* ------------------------------------------------------- requester side */
+
+static void send_unpin(struct kvtierd *d, uint32_t holder, uint64_t id)
+{
+    struct member *m = cl_find(d->cl, holder);
+    if (!m) return;
+    Kvtier__PeerUnpin u = KVTIER__PEER_UNPIN__INIT;
+    u.pin_id = id;
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_UNPIN;
+    pm.unpin = &u;
+    cl_send(d, m, &pm);
+}
+
+static void reply(struct kvtierd *d, struct pget *g, const Kvtier__Response *rsp)
+{
+    if (g->pipe >= LOCAL_ID_BASE) {
+        local_reply_later(d->local, g->later, rsp);
+        return;
+    }
+    pg_of(d)->n_parked_nng--;
+    nng_msg *m = NULL;
+    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
+    server_reply_later(d->srv, g->later, m);
+}
+
+static void pget_free(struct kvtierd *d, struct pget *g)
+{
+    struct pgs *s = pg_of(d);
+    for (struct pget **pp = &s->gets; *pp; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    free(g->keys);
+    free(g->slots);
+    free(g->it);
+    free(g);
+}
+
+static void maybe_free(struct kvtierd *d, struct pget *g)
+{
+    if (g->answered && !g->fetching && !g->pins_out && !g->resolving) pget_free(d, g);
+}
+
+/* Commit the verified chunks in key order, each the parent of the next. */
+static void commit_fetched(struct kvtierd *d, struct pget *g)
+{
+    for (uint32_t k = g->n_local; k < g->n_keys; k++) {
+        struct pitem *it = &g->it[k];
+        if (it->st != PI_OK) continue;
+        uint32_t parent = k && g->slots[k - 1] != IDX_NONE ? g->slots[k - 1] : IDX_NONE;
+        if (parent != IDX_NONE && idx_at(&d->idx, parent)->state != IDX_READY)
+            parent = IDX_NONE;
+        store_commit(d, it->slot, it->csum, parent);
+        g->slots[k] = it->slot;
+        it->st = PI_NONE; /* the index owns it now */
+        pg_of(d)->hits++;
+    }
+}
+
+/* Let go of the local prefix pinned while the GET waited. */
+static void unpin_local(struct kvtierd *d, struct pget *g)
+{
+    for (uint32_t k = 0; k < g->n_local; k++)
+        if (idx_unpin(&d->idx, g->slots[k]) == 0 &&
+            idx_at(&d->idx, g->slots[k])->state == IDX_DOOMED)
+            store_free(d, g->slots[k]), g->slots[k] = IDX_NONE;
+}
+
+/* Answer with the local prefix plus the verified chunks that follow. */
+static void answer(struct kvtierd *d, struct pget *g)
+{
+    commit_fetched(d, g);
+    uint32_t n = 0;
+    unpin_local(d, g);
+    while (n < g->n_keys && g->slots[n] != IDX_NONE &&
+           idx_at(&d->idx, g->slots[n])->state == IDX_READY)
+        n++;
+    Kvtier__Response rsp;
+    void *scratch = NULL;
+    int alive = pipe_alive(d, g->pipe);
+    if (alive)
+        handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
+                          n, &rsp, &scratch);
+    reply(d, g, alive ? &rsp : NULL);
+    if (alive) handle_response_free(&rsp, scratch);
+    g->answered = 1;
+}
+
+static void ppin_free(struct kvtierd *d, struct ppin *p)
+{
+    struct pgs *s = pg_of(d);
+    for (struct ppin **pp = &s->pins; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    if (p->g) p->g->pins_out--;
+    free(p->k);
+    free(p);
+}
+
+static void settle(struct kvtierd *d, struct pget *g)
+{
+    if (g->sync) return;
+    if (!g->answered && !g->fetching && !g->pins_out && !g->resolving) answer(d, g);
+    maybe_free(d, g);
+}
+
+/* A fetch ended: verify, or free its space; unpin once its pin is done. */
+static void fetched(void *arg, int status)
+{
+    struct pitem *it = arg;
+    struct pget *g = it->g;
+    struct kvtierd *d = g->d;
+    struct pgs *s = pg_of(d);
+    it->f = NULL;
+    g->fetching--;
+    if (status != 0) {
+        s->fetch_failed++;
+        it->st = PI_MISS;
+    } else if (kvt_checksum(store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size) !=
+               it->csum) {
+        s->bad_csum++;
+        log_warn("peer", "chunk from node %u failed its checksum: a miss",
+                 (unsigned)it->pin->holder);
+        it->st = PI_MISS;
+    } else {
+        struct member *m = cl_find(d->cl, it->pin->holder);
+        if (m) m->bytes_in += idx_at(&d->idx, it->slot)->size;
+        it->st = PI_OK;
+    }
+    if (it->st == PI_MISS || g->answered) {
+        store_free(d, it->slot);
+        it->st = PI_MISS;
+    }
+    struct ppin *p = it->pin;
+    if (--p->left == 0) {
+        send_unpin(d, p->holder, p->id);
+        ppin_free(d, p);
+    }
+    settle(d, g);
+}
+
+/* Start pulling item k of g from the holder's pool. */
+static int start_fetch(struct kvtierd *d, struct pget *g, struct ppin *p, uint32_t k,
+                       uint64_t off, uint64_t size, uint64_t csum)
+{
+    struct pitem *it = &g->it[k];
+    struct member *m = cl_find(d->cl, p->holder);
+    uint32_t slot;
+    if (!m || !peer_conn_ok(m->conn) || size == 0 || size > d->cfg.max_chunk_bytes ||
+        idx_find(&d->idx, g->ns, &g->keys[k]) != IDX_NONE ||
+        store_reserve(d, g->ns, &g->keys[k], size, &slot) != KVT_OK)
+        return 0;
+    it->g = g;
+    it->pin = p;
+    it->slot = slot;
+    it->csum = csum;
+    it->f = peer_fetch(d->cl->pt, m->conn, off, store_ptr(d, slot), size, fetched, it);
+    if (!it->f) {
+        store_free(d, slot);
+        return 0;
+    }
+    it->st = PI_FETCH;
+    g->fetching++;
+    p->left++;
+    return 1;
+}
+
+static int pinned_ok(const struct ppin *p, const Kvtier__PeerPinned *pd)
+{
+    return pd->n_offset == p->n && pd->n_size == p->n && pd->n_checksum == p->n;
+}
+
+const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm)
+{
+    if (pm->body_case == KVTIER__PEER_MSG__BODY_PIN) {
+        const Kvtier__PeerPin *p = pm->pin;
+        if (!p->ns || !p->ns[0] || p->n_keys == 0 || p->n_keys > d->cfg.max_keys)
+            return "malformed pin request";
+        for (size_t i = 0; i < p->n_keys; i++)
+            if (!wire_key_ok(&p->keys[i])) return "malformed pin request";
+        return NULL;
+    }
+    if (pm->body_case != KVTIER__PEER_MSG__BODY_PINNED) return NULL;
+    struct ppin *p = pg_of(d) ? pg_of(d)->pins : NULL;
+    while (p && !(p->id == pm->pinned->pin_id && p->holder == m->id)) p = p->next;
+    if (!p || p->answered) return "pinned answer to no pin request";
+    return pinned_ok(p, pm->pinned) ? NULL : "malformed pinned answer";
+}
+
+void pg_on_pinned(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    const Kvtier__PeerPinned *pd = pm->pinned;
+    struct ppin *p = pg_of(d)->pins;
+    while (p && !(p->id == pd->pin_id && p->holder == m->id)) p = p->next;
+    struct pget *g = p->g;
+    p->answered = 1;
+    for (uint32_t j = 0; j < p->n && g && !g->answered; j++)
+        start_fetch(d, g, p, p->k[j], pd->offset[j], pd->size[j], pd->checksum[j]);
+    if (p->left == 0) { /* nothing to pull: let go at once */
+        send_unpin(d, p->holder, p->id);
+        ppin_free(d, p);
+    }
+    if (g) settle(d, g);
+}
+
+/* Ask holder for keys of g at indices k[0..n). */
+static void send_pin(struct kvtierd *d, struct pget *g, uint32_t holder, const uint32_t *k,
+                     uint32_t n, const char *ns)
+{
+    struct pgs *s = pg_of(d);
+    struct ppin *p = calloc(1, sizeof *p);
+    ProtobufCBinaryData *kv = calloc(n, sizeof *kv);
+    if (!p || !kv || !(p->k = calloc(n, sizeof *p->k))) abort();
+    memcpy(p->k, k, n * sizeof *k);
+    p->id = ++s->next_id;
+    p->holder = holder;
+    p->n = n;
+    p->g = g;
+    p->next = s->pins;
+    s->pins = p;
+    g->pins_out++;
+    for (uint32_t i = 0; i < n; i++) kv[i] = (ProtobufCBinaryData){KVT_KEY_LEN, g->keys[k[i]].b};
+    Kvtier__PeerPin pin = KVTIER__PEER_PIN__INIT;
+    pin.pin_id = p->id;
+    pin.ns = (char *)ns;
+    pin.keys = kv;
+    pin.n_keys = n;
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_PIN;
+    pm.pin = &pin;
+    cl_send(d, cl_find(d->cl, holder), &pm);
+    free(kv);
+}
+
+/* Holders known: pin the leading run of keys a connected peer holds. */
+static void resolved(struct kvtierd *d, void *arg, const uint32_t *holders, uint32_t n)
+{
+    struct pget *g = arg;
+    g->resolving = 0;
+    if (g->answered) {
+        maybe_free(d, g);
+        return;
+    }
+    uint32_t run = 0, *k = calloc(n + 1, sizeof *k);
+    if (!k) abort();
+    while (run < n && holders[run]) {
+        struct member *m = cl_find(d->cl, holders[run]);
+        if (!m || !peer_conn_ok(m->conn)) break;
+        run++;
+    }
+    for (uint32_t i = 0; i < run && !g->answered; i++) {
+        if (!holders[i]) continue;
+        uint32_t h = holders[i], c = 0;
+        for (uint32_t j = i; j < run; j++)
+            if (holders[j] == h) k[c++] = g->n_local + j;
+        for (uint32_t j = i; j < run; j++) /* taken */
+            if (holders[j] == h && j != i) ((uint32_t *)holders)[j] = 0;
+        send_pin(d, g, h, k, c, d->ns.v[g->ns].name);
+    }
+    free(k);
+    settle(d, g);
+}
+
+static void *defer_now(struct kvtierd *d, uint32_t pipe)
+{
+    struct pgs *s = pg_of(d);
+    if (pipe >= LOCAL_ID_BASE) return local_defer(d->local);
+    uint32_t cap = (uint32_t)d->cfg.contexts / 8;
+    if (s->n_parked_nng >= (cap ? cap : 1)) return NULL;
+    void *h = server_defer(d->srv);
+    if (h) s->n_parked_nng++;
+    return h;
+}
+
+static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t ns,
+                             const uint32_t *slots, size_t n)
+{
+    struct pget *g = calloc(1, sizeof *g);
+    if (!g) abort();
+    g->d = d;
+    g->ns = ns;
+    g->inline_ = q->inline_;
+    g->n_keys = (uint32_t)q->n_keys;
+    g->n_local = (uint32_t)n;
+    g->keys = calloc(g->n_keys, sizeof *g->keys);
+    g->slots = calloc(g->n_keys, sizeof *g->slots);
+    g->it = calloc(g->n_keys, sizeof *g->it);
+    if (!g->keys || !g->slots || !g->it) abort();
+    for (uint32_t i = 0; i < g->n_keys; i++) {
+        memcpy(g->keys[i].b, q->keys[i].data, KVT_KEY_LEN);
+        g->slots[i] = i < n ? slots[i] : IDX_NONE;
+    }
+    for (uint32_t i = 0; i < n; i++) idx_pin(&d->idx, slots[i]); /* kept till the answer */
+    return g;
+}
+
+int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier__Get *q,
+                const uint32_t *slots, size_t n)
+{
+    struct pgs *s = pg_of(d);
+    if (!s || !d->cl->pt || q->local_only || n >= q->n_keys) return 0;
+    uint16_t ns = ns_intern(&d->ns, q->ns);
+    if (ns == NS_NONE) return 0;
+    struct pget *g = pget_new(d, q, ns, slots, n);
+    uint64_t dl = q->deadline_ms ? q->deadline_ms : d->cfg.nvme_get_deadline_ms;
+    g->pipe = pipe;
+    g->req_id = req_id;
+    g->deadline = kvtierd_clock(d) + dl;
+    g->next = s->gets;
+    s->gets = g;
+    g->resolving = g->sync = 1;
+    gx_resolve(d, g->keys + n, g->n_keys - (uint32_t)n, gx_ns_hash(q->ns), resolved, g);
+    g->sync = 0;
+    int waiting = g->pins_out || g->fetching || g->resolving;
+    if (waiting && (g->later = defer_now(d, pipe))) return 1;
+    unpin_local(d, g); /* answered now, by the caller, with the local prefix */
+    g->answered = 1;   /* what is in flight ends without a reply */
+    maybe_free(d, g);
+    return 0;
+}
+
+/* Past the deadline: answer with what is verified, cancel the rest. */
+static void expire(struct kvtierd *d, struct pget *g)
+{
+    pg_of(d)->expired++;
+    for (uint32_t k = g->n_local; k < g->n_keys; k++)
+        if (g->it[k].f) peer_cancel(d->cl->pt, g->it[k].f);
+    answer(d, g);
+    maybe_free(d, g);
+}
+
+/* Pins a holder never answered, long after their GET was answered. */
+static void reap(struct kvtierd *d, uint64_t now)
+{
+    struct pgs *s = pg_of(d);
+    for (struct ppin *p = s->pins, *next; p; p = next) {
+        next = p->next;
+        struct pget *g = p->g;
+        if (p->answered || !g->answered || now < g->deadline + PG_REAP_MS) continue;
+        ppin_free(d, p);
+        maybe_free(d, g);
+    }
+}
+
+void pg_tick(struct kvtierd *d)
+{
+    struct pgs *s = pg_of(d);
+    if (!s) return;
+    uint64_t now = kvtierd_clock(d);
+    hpins_drop(d, 0, now, 0);
+    for (struct pget *g = s->gets, *next; g; g = next) {
+        next = g->next;
+        if (!g->answered && now >= g->deadline) expire(d, g);
+    }
+    reap(d, now);
+    if (d->cl->pt) peer_progress(d->cl->pt);
+}
+
+/* m died or restarted: its pins here go, our pins there are misses, and
+ * its endpoint is closed (its fetches fail from the next progress). */
+void pg_member_down(struct kvtierd *d, struct member *m)
+{
+    struct pgs *s = pg_of(d);
+    if (!s) return;
+    hpins_drop(d, m->id, 0, 0);
+    for (struct ppin *p = s->pins, *next; p; p = next) {
+        next = p->next;
+        if (p->holder != m->id || p->answered) continue;
+        struct pget *g = p->g;
+        ppin_free(d, p);
+        settle(d, g);
+    }
+    if (m->conn) peer_disconnect(d->cl->pt, m->conn);
+    m->conn = NULL;
+    m->ucx_acked = 0;
+}
+
+int pg_open(struct kvtierd *d)
+{
+    char err[256];
+    if (fault_init(NULL, err, sizeof err) != 0) { /* peer_corrupt */
+        log_error("peer", "%s", err);
+        return -1;
+    }
+    struct pgs *s = calloc(1, sizeof *s);
+    if (!s) abort();
+    d->cl->pg = s;
+    if (peer_open(d->dram->base, d->dram->bytes, (int)d->cfg.cluster_ucx_wakeup, &d->cl->pt,
+                  err, sizeof err) != 0) {
+        log_warn("peer", "no peer tier (GETs stay local): %s", err);
+        return 0;
+    }
+    log_info("peer", "peer tier ready: DRAM pool registered with UCX");
+    return 0;
+}
+
+void pg_close(struct kvtierd *d)
+{
+    struct pgs *s = pg_of(d);
+    if (!s) return;
+    for (struct pget *g = s->gets, *next; g; g = next) {
+        next = g->next;
+        if (!g->answered) expire(d, g);
+    }
+    hpins_drop(d, 0, UINT64_MAX, 0);
+    for (uint32_t i = 0; i < d->cl->n; i++) {
+        peer_disconnect(d->cl->pt, d->cl->m[i].conn);
+        d->cl->m[i].conn = NULL;
+    }
+    if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
+}
+
+/* After gx_close (resolutions answered): free what is left. */
+void pg_free(struct kvtierd *d)
+{
+    struct pgs *s = pg_of(d);
+    if (!s) return;
+    while (s->pins) ppin_free(d, s->pins);
+    while (s->gets) pget_free(d, s->gets);
+    peer_close(d->cl->pt);
+    d->cl->pt = NULL;
+    free(s);
+    d->cl->pg = NULL;
+}
+
+void pg_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
+{
+    struct pgs *s = pg_of(d);
+    if (!s) return;
+    uint64_t bytes, failed;
+    peer_counts(d->cl->pt, &bytes, &failed);
+    pr->peer_tier = d->cl->pt != NULL;
+    pr->remote_hits = s->hits;
+    pr->bad_checksums = s->bad_csum;
+    pr->fetch_failures = s->fetch_failed;
+    pr->get_deadlines = s->expired;
+    pr->fetched_bytes = bytes;
+    for (const struct hpin *h = s->hpins; h; h = h->next) pr->pinned_for_peers++;
+}
