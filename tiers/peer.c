@@ -155,7 +155,7 @@ int peer_open(void *base, uint64_t bytes, int wakeup, struct peer_tier **out,
 void peer_close(struct peer_tier *t)
 {
     if (!t) return;
-    peer_progress(t); /* run what completed: nobody waits past here */
+    if (t->w && t->kfd >= 0) peer_progress(t); /* run what completed */
     if (t->rkey) ucp_rkey_buffer_release(t->rkey);
     if (t->memh) ucp_mem_unmap(t->ctx, t->memh);
     if (t->addr) ucp_worker_release_address(t->w, t->addr);

@@ -250,8 +250,23 @@ static void test_malformed_index_messages(void **state)
     pm.holders = &h;
     push_as_node2(&pm);                   /* an answer to no query */
     assert_int_equal(wait_rejected(rj0 + 4), 0);
+    kb = (ProtobufCBinaryData){sizeof shortkey, shortkey};
+    Kvtier__PeerPin pin = KVTIER__PEER_PIN__INIT;
+    pin.pin_id = 5, pin.ns = NS, pin.keys = &kb, pin.n_keys = 1;
+    pm.body_case = KVTIER__PEER_MSG__BODY_PIN;
+    pm.pin = &pin;
+    push_as_node2(&pm);                   /* a pin of a 5-byte key */
+    assert_int_equal(wait_rejected(rj0 + 5), 0);
+    uint64_t v[1] = {0};
+    Kvtier__PeerPinned pd = KVTIER__PEER_PINNED__INIT;
+    pd.pin_id = 424242, pd.offset = v, pd.n_offset = 1, pd.size = v, pd.n_size = 1;
+    pd.checksum = v, pd.n_checksum = 1;
+    pm.body_case = KVTIER__PEER_MSG__BODY_PINNED;
+    pm.pinned = &pd;
+    push_as_node2(&pm);                   /* pinned: an answer to no pin */
+    assert_int_equal(wait_rejected(rj0 + 6), 0);
     peers_of(0, &rj1, &en1);
-    assert_int_equal(rj1, rj0 + 4);
+    assert_int_equal(rj1, rj0 + 6);
     (void)en0, (void)en1; /* entries move with membership: not compared */
     assert_true(td_log_has(&D[0], "malformed index update"));
 }

@@ -8,6 +8,8 @@
  * kept; kill -9 of the holder during a stream of GETs: no GET hangs past
  * its deadline (checked with several seconds of slack), no wrong byte,
  * and once the holder is marked dead every GET of its chunks is a miss.
+ * A member whose UCX cannot start joins and indexes, and its GETs stay
+ * local.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -275,12 +277,45 @@ static void test_kill_holder_during_gets(void **state)
     C[0] = NULL;
 }
 
+/* A member whose UCX cannot start (no usable transport) still joins and
+ * indexes; GETs on it stay local: a miss at once, not a wait. */
+static void test_member_without_ucx(void **state)
+{
+    (void)state;
+    struct tdaemon t = {0};
+    char u[64];
+    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", port_base + 5);
+    const char *extra[] = {"--cluster.node_id", "9", "--cluster.listen", u,
+                           "--cluster.seeds", url[2], "--cluster.heartbeat_ms", "100",
+                           "--cluster.failure_timeout_ms", "2000", NULL};
+    const char *tls = getenv("UCX_TLS");
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", tls ? tls : "");
+    setenv("UCX_TLS", "no_such_transport", 1);
+    assert_int_equal(td_start(&t, extra), 0);
+    setenv("UCX_TLS", keep, 1);
+    assert_true(td_log_has(&t, "no peer tier"));
+    kvt_client *c9 = td_connect(&t);
+    kvt_client *keep3 = C[2];
+    C[2] = c9; /* found_from and get_one ask "node 3": this one */
+    assert_int_equal(wait_found(2, 100, 4, 4), 0); /* the index works */
+    assert_int_equal(get_one(2, 100, 60000), 0);   /* no fetch: a miss now */
+    Kvtier__Response *r;
+    assert_false(peers(2, &r)->peer_tier);
+    kvtier__response__free_unpacked(r, NULL);
+    C[2] = keep3;
+    kvt_close(c9);
+    assert_int_equal(td_stop(&t), 0);
+    td_cleanup(&t);
+}
+
 int main(void)
 {
     port_base = 31000 + (int)(getpid() % 1500) * 20;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_bit_exact_then_local),
         cmocka_unit_test(test_corrupt_bytes_are_a_miss),
+        cmocka_unit_test(test_member_without_ucx),
         cmocka_unit_test(test_kill_holder_during_gets),
     };
     int rc = cmocka_run_group_tests_name("tcp", tests, setup_tcp, teardown);
