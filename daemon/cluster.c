@@ -567,5 +567,5 @@ int cluster_peer_fd(const struct kvtierd *d)
 
 void cluster_peer_poll(struct kvtierd *d)
 {
-    if (d->cl && d->cl->pt) peer_progress(d->cl->pt);
+    if (d->cl) pg_poll(d);
 }

@@ -103,6 +103,7 @@ int pg_open(struct kvtierd *d);
 void pg_close(struct kvtierd *d); /* answers parked GETs, closes endpoints */
 void pg_free(struct kvtierd *d);  /* after gx_close */
 void pg_tick(struct kvtierd *d);
+void pg_poll(struct kvtierd *d); /* the peer tier's fd: UCX, checksum results */
 void pg_member_down(struct kvtierd *d, struct member *m);
 const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);
 void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);

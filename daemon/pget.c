@@ -9,8 +9,10 @@
  * PeerUnpin, its deadline (daemon.lease_timeout_ms), or the requester's
  * death. The requester reserves DRAM for each chunk (store_reserve: the
  * slot stays PENDING, invisible), pulls the bytes with UCX one-sided gets
- * straight into it (tiers/peer.c), verifies the XXH3-64 checksum, and
- * only then commits the chunk as a local replica; the holder is told to
+ * straight into it (tiers/peer.c), has the XXH3-64 checksum verified on
+ * a worker thread (results come back through the peer tier's fd, so the
+ * core never reads a whole chunk), and only then commits the chunk as a
+ * local replica; the holder is told to
  * unpin as soon as its chunks are in. The GET is parked (as nvpark.c
  * parks one for NVMe) and answered with the local prefix extended by the
  * verified chunks, once every fetch has ended or at its deadline
@@ -23,6 +25,7 @@
  * it pins (restored at unpin): what a requester pulls then fails its
  * checksum.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +42,7 @@
 
 #define PG_REAP_MS 10000 /* an answered GET waits this long for holders */
 
-enum { PI_NONE = 0, PI_FETCH, PI_OK, PI_MISS };
+enum { PI_NONE = 0, PI_FETCH, PI_VERIFY, PI_OK, PI_MISS };
 
 struct pget;
 
@@ -83,7 +86,25 @@ struct hpin { /* holder side: chunks pinned for a peer */
     struct hpin *next;
 };
 
+struct cjob { /* a fetched chunk's checksum, computed off the core */
+    struct pitem *it;
+    const void *p;
+    uint64_t n, want;
+    int ok;
+    struct cjob *next;
+};
+
+struct cworker {
+    pthread_t th;
+    pthread_mutex_t mu; /* guards in, out, stop */
+    pthread_cond_t cv;
+    struct cjob *in, *out;
+    int stop, started;
+    struct peer_tier *pt; /* kicked when out gains a job */
+};
+
 struct pgs {
+    struct cworker w;
     struct pget *gets;
     struct ppin *pins;
     struct hpin *hpins;
@@ -308,29 +329,12 @@ static void settle(struct kvtierd *d, struct pget *g)
     maybe_free(d, g);
 }
 
-/* A fetch ended: verify, or free its space; unpin once its pin is done. */
-static void fetched(void *arg, int status)
+/* The item is settled (verified, or a miss): free its space if it will
+ * not be kept; unpin once its pin is done. */
+static void item_done(struct kvtierd *d, struct pitem *it)
 {
-    struct pitem *it = arg;
     struct pget *g = it->g;
-    struct kvtierd *d = g->d;
-    struct pgs *s = pg_of(d);
-    it->f = NULL;
     g->fetching--;
-    if (status != 0) {
-        s->fetch_failed++;
-        it->st = PI_MISS;
-    } else if (kvt_checksum(store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size) !=
-               it->csum) {
-        s->bad_csum++;
-        log_warn("peer", "chunk from node %u failed its checksum: a miss",
-                 (unsigned)it->pin->holder);
-        it->st = PI_MISS;
-    } else {
-        struct member *m = cl_find(d->cl, it->pin->holder);
-        if (m) m->bytes_in += idx_at(&d->idx, it->slot)->size;
-        it->st = PI_OK;
-    }
     if (it->st == PI_MISS || g->answered) {
         store_free(d, it->slot);
         it->st = PI_MISS;
@@ -341,6 +345,87 @@ static void fetched(void *arg, int status)
         ppin_free(d, p);
     }
     settle(d, g);
+}
+
+/* The worker's verdict on a fetched chunk (core thread). */
+static void verified(struct kvtierd *d, struct cjob *j)
+{
+    struct pitem *it = j->it;
+    if (!j->ok) {
+        pg_of(d)->bad_csum++;
+        log_warn("peer", "chunk from node %u failed its checksum: a miss",
+                 (unsigned)it->pin->holder);
+        it->st = PI_MISS;
+    } else {
+        struct member *m = cl_find(d->cl, it->pin->holder);
+        if (m) m->bytes_in += j->n;
+        it->st = PI_OK;
+    }
+    free(j);
+    item_done(d, it);
+}
+
+static void *cworker_main(void *arg)
+{
+    struct cworker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->in && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        struct cjob *j = w->in;
+        if (!j) break; /* stopping, and nothing left to check */
+        w->in = j->next;
+        pthread_mutex_unlock(&w->mu);
+        j->ok = kvt_checksum(j->p, j->n) == j->want;
+        pthread_mutex_lock(&w->mu);
+        j->next = w->out;
+        w->out = j;
+        peer_kick(w->pt);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Run the verdicts the worker has ready. Core thread. */
+static void collect(struct kvtierd *d)
+{
+    struct cworker *w = &pg_of(d)->w;
+    if (!w->started) return;
+    pthread_mutex_lock(&w->mu);
+    struct cjob *j = w->out;
+    w->out = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (j) {
+        struct cjob *next = j->next;
+        verified(d, j);
+        j = next;
+    }
+}
+
+/* A fetch ended: a failure settles the item now; bytes go to the worker
+ * for their checksum (the item stays counted in g->fetching meanwhile). */
+static void fetched(void *arg, int status)
+{
+    struct pitem *it = arg;
+    struct pget *g = it->g;
+    struct kvtierd *d = g->d;
+    struct pgs *s = pg_of(d);
+    it->f = NULL;
+    if (status != 0 || !s->w.started) {
+        s->fetch_failed += status != 0;
+        it->st = PI_MISS;
+        item_done(d, it);
+        return;
+    }
+    struct cjob *j = calloc(1, sizeof *j);
+    if (!j) abort(); /* control-plane allocation */
+    *j = (struct cjob){it, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
+                       it->csum, 0, NULL};
+    it->st = PI_VERIFY;
+    pthread_mutex_lock(&s->w.mu);
+    j->next = s->w.in;
+    s->w.in = j;
+    pthread_cond_signal(&s->w.cv);
+    pthread_mutex_unlock(&s->w.mu);
 }
 
 /* Start pulling item k of g from the holder's pool. */
@@ -558,6 +643,14 @@ void pg_tick(struct kvtierd *d)
     }
     reap(d, now);
     if (d->cl->pt) peer_progress(d->cl->pt);
+    collect(d);
+}
+
+void pg_poll(struct kvtierd *d)
+{
+    if (!pg_of(d) || !d->cl->pt) return;
+    peer_progress(d->cl->pt);
+    collect(d);
 }
 
 /* m died or restarted: its pins here go, our pins there are misses, and
@@ -594,6 +687,14 @@ int pg_open(struct kvtierd *d)
         log_warn("peer", "no peer tier (GETs stay local): %s", err);
         return 0;
     }
+    s->w.pt = d->cl->pt;
+    pthread_mutex_init(&s->w.mu, NULL);
+    pthread_cond_init(&s->w.cv, NULL);
+    if (pthread_create(&s->w.th, NULL, cworker_main, &s->w) != 0) {
+        log_error("peer", "cannot start the checksum worker");
+        return -1;
+    }
+    s->w.started = 1;
     log_info("peer", "peer tier ready: DRAM pool registered with UCX");
     return 0;
 }
@@ -612,6 +713,16 @@ void pg_close(struct kvtierd *d)
         d->cl->m[i].conn = NULL;
     }
     if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
+    if (!s->w.started) return;
+    pthread_mutex_lock(&s->w.mu);
+    s->w.stop = 1; /* the worker checks what is queued, then exits */
+    pthread_cond_signal(&s->w.cv);
+    pthread_mutex_unlock(&s->w.mu);
+    pthread_join(s->w.th, NULL);
+    collect(d);
+    s->w.started = 0;
+    pthread_mutex_destroy(&s->w.mu);
+    pthread_cond_destroy(&s->w.cv);
 }
 
 /* After gx_close (resolutions answered): free what is left. */

@@ -371,3 +371,8 @@ void peer_serving(struct peer_tier *t, int on)
     t->serving = on;
     if (on && !t->wakeup) kick(t);
 }
+
+void peer_kick(struct peer_tier *t)
+{
+    if (t) kick(t);
+}

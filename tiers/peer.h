@@ -64,6 +64,9 @@ void peer_cancel(struct peer_tier *t, struct peer_fetch *f);
  * wakeup, keep progressing the worker meanwhile. */
 void peer_serving(struct peer_tier *t, int on);
 
+/* Make peer_fd readable (any thread): a worker has results for the core. */
+void peer_kick(struct peer_tier *t);
+
 /* Bytes fetched and fetches failed since open. */
 void peer_counts(const struct peer_tier *t, uint64_t *bytes, uint64_t *failed);
 
