@@ -54,22 +54,7 @@ struct req {
     struct arena *a;
 };
 
-static kvt_err fail(struct req *r, kvt_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static kvt_err fail(struct req *r, kvt_err e, const char *fmt, ...)
-{
-    char *msg = arena_alloc(r->a, 256);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, 256, fmt, ap);
-    va_end(ap);
-    r->rsp->err = (int32_t)e;
-    r->rsp->msg = msg;
-    return e;
-}
-
-/* For handlers that live in other files (kvcache.c). */
+/* For handlers here and in other files (kvcache.c, nvpark.c, ...). */
 void *req_alloc(struct req *r, size_t size)
 {
     return arena_alloc(r->a, size);
@@ -124,13 +109,13 @@ int pipe_alive(const struct kvtierd *d, uint32_t pipe)
 
 static kvt_err check_keys(struct req *r, size_t n, const ProtobufCBinaryData *k)
 {
-    if (n == 0) return fail(r, KVT_EINVAL, "no keys");
+    if (n == 0) return req_fail(r, KVT_EINVAL, "no keys");
     if (n > r->d->cfg.max_keys)
-        return fail(r, KVT_ETOOBIG, "%zu keys: more than max_keys (%llu)", n,
+        return req_fail(r, KVT_ETOOBIG, "%zu keys: more than max_keys (%llu)", n,
                     (unsigned long long)r->d->cfg.max_keys);
     for (size_t i = 0; i < n; i++)
         if (!wire_key_ok(&k[i]))
-            return fail(r, KVT_EINVAL, "key %zu is %zu bytes, want %d", i,
+            return req_fail(r, KVT_EINVAL, "key %zu is %zu bytes, want %d", i,
                         k[i].len, KVT_KEY_LEN);
     return KVT_OK;
 }
@@ -138,7 +123,7 @@ static kvt_err check_keys(struct req *r, size_t n, const ProtobufCBinaryData *k)
 static kvt_err check_ns(struct req *r, const char *ns)
 {
     if (!wire_ns_ok(ns))
-        return fail(r, KVT_EINVAL, "bad namespace: want 1-%d printable bytes "
+        return req_fail(r, KVT_EINVAL, "bad namespace: want 1-%d printable bytes "
                     "without spaces", KVT_NS_MAX);
     return KVT_OK;
 }
@@ -162,12 +147,12 @@ static struct lease *own_lease(struct req *r, uint64_t id, uint8_t kind)
 {
     struct lease *l = lease_find(r->d, id);
     if (!l || l->kind != kind) {
-        fail(r, KVT_ENOENT, "no %s lease %llu", kind == LEASE_READ ? "read" : "write",
+        req_fail(r, KVT_ENOENT, "no %s lease %llu", kind == LEASE_READ ? "read" : "write",
              (unsigned long long)id);
         return NULL;
     }
     if (l->pipe != r->pipe) {
-        fail(r, KVT_EPERM, "lease %llu belongs to another client",
+        req_fail(r, KVT_EPERM, "lease %llu belongs to another client",
              (unsigned long long)id);
         return NULL;
     }
@@ -180,7 +165,7 @@ static void do_hello(struct req *r, const Kvtier__Hello *q)
 {
     struct kvtierd *d = r->d;
     if (q->proto_version != KVT_PROTO_VERSION) {
-        fail(r, KVT_EPROTO, "protocol version %u not supported (daemon speaks %d)",
+        req_fail(r, KVT_EPROTO, "protocol version %u not supported (daemon speaks %d)",
              q->proto_version, KVT_PROTO_VERSION);
         return;
     }
@@ -247,20 +232,20 @@ static kvt_err check_put(struct req *r, const char *ns, size_t n_keys,
     struct kvtierd *d = r->d;
     if (check_ns(r, ns) || check_keys(r, n_keys, keys)) return KVT_EINVAL;
     if (n_sizes != n_keys)
-        return fail(r, KVT_EINVAL, "%zu sizes for %zu keys", n_sizes, n_keys);
+        return req_fail(r, KVT_EINVAL, "%zu sizes for %zu keys", n_sizes, n_keys);
     if (parent->len != 0 && !wire_key_ok(parent))
-        return fail(r, KVT_EINVAL, "parent key is %zu bytes", parent->len);
+        return req_fail(r, KVT_EINVAL, "parent key is %zu bytes", parent->len);
     for (size_t i = 0; i < n_sizes; i++) {
-        if (sizes[i] == 0) return fail(r, KVT_EINVAL, "chunk %zu is empty", i);
+        if (sizes[i] == 0) return req_fail(r, KVT_EINVAL, "chunk %zu is empty", i);
         if (sizes[i] > d->cfg.max_chunk_bytes)
-            return fail(r, KVT_ETOOBIG, "chunk %zu: %llu bytes is over "
+            return req_fail(r, KVT_ETOOBIG, "chunk %zu: %llu bytes is over "
                         "max_chunk_bytes (%llu)", i, (unsigned long long)sizes[i],
                         (unsigned long long)d->cfg.max_chunk_bytes);
     }
     if (ns_find(&d->ns, ns) == NS_NONE && d->ns.n >= NS_LIMIT)
-        return fail(r, KVT_ENOSPC, "too many namespaces (%d)", NS_LIMIT);
+        return req_fail(r, KVT_ENOSPC, "too many namespaces (%d)", NS_LIMIT);
     if (!pipe_alive(d, r->pipe))
-        return fail(r, KVT_ECLOSED, "client connection is gone");
+        return req_fail(r, KVT_ECLOSED, "client connection is gone");
     return KVT_OK;
 }
 
@@ -284,7 +269,7 @@ static kvt_err reserve_all(struct req *r, struct lease *l, uint16_t ns,
         kvt_err e = store_reserve(d, ns, k, sizes[i], &l->slot[i]);
         if (e != KVT_OK) {
             l->n = i; /* lease_drop frees what was reserved so far */
-            return fail(r, e, "cannot reserve %llu bytes for chunk %u: %s",
+            return req_fail(r, e, "cannot reserve %llu bytes for chunk %u: %s",
                         (unsigned long long)sizes[i], i, kvt_strerror(e));
         }
     }
@@ -358,7 +343,7 @@ static void do_put_commit(struct req *r, const Kvtier__PutCommit *q)
     struct lease *l = own_lease(r, q->lease, LEASE_WRITE);
     if (!l) return;
     if (q->n_checksums != l->n) {
-        fail(r, KVT_EINVAL, "%zu checksums for a lease of %u chunks",
+        req_fail(r, KVT_EINVAL, "%zu checksums for a lease of %u chunks",
              q->n_checksums, l->n);
         return;
     }
@@ -454,7 +439,7 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     struct kvtierd *d = r->d;
     if (check_ns(r, q->ns) || check_keys(r, q->n_keys, q->keys)) return;
     if (!q->inline_ && !pipe_alive(d, r->pipe)) {
-        fail(r, KVT_ECLOSED, "client connection is gone");
+        req_fail(r, KVT_ECLOSED, "client connection is gone");
         return;
     }
     uint16_t ns = ns_find(&d->ns, q->ns);
@@ -685,7 +670,7 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_VERIFY:
         nvs_do_verify(r, r->d, r->pipe, q->verify, r->rsp); break;
     case KVTIER__REQUEST__BODY_PEERS: cluster_do_peers(r, r->d, r->rsp); break;
-    default: fail(r, KVT_EINVAL, "unknown request kind"); break;
+    default: req_fail(r, KVT_EINVAL, "unknown request kind"); break;
     }
 }
 
@@ -713,12 +698,12 @@ void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
     d->req_kind = 0;
     Kvtier__Request *q = kvtier__request__unpack(NULL, len, buf);
     if (!q) {
-        fail(&r, KVT_EPROTO, "malformed request (%zu bytes)", len);
+        req_fail(&r, KVT_EPROTO, "malformed request (%zu bytes)", len);
     } else {
         rsp->id = q->id;
         d->req_kind = (int)q->body_case;
         if (d->draining && !drain_allows(q->body_case))
-            fail(&r, KVT_ECLOSED, "kvtierd is shutting down");
+            req_fail(&r, KVT_ECLOSED, "kvtierd is shutting down");
         else
             dispatch(&r, q);
         kvtier__request__free_unpacked(q, NULL);
