@@ -7,6 +7,9 @@
  * incarnation and every node sees it alive again. kvtierctl peers --json
  * shows the same; bad [cluster] settings stop the daemon before it starts.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,7 +33,20 @@
 
 static struct tdaemon D[N];
 static char url[N][64];
-static int base_port;
+
+/* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
+ * fixed ranges collide with ephemeral ports and concurrent suites. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
 
 static int start_node(int i)
 {
@@ -46,9 +62,8 @@ static int start_node(int i)
 static int setup(void **state)
 {
     (void)state;
-    base_port = 30000 + (int)(getpid() % 10000) * 3;
     for (int i = 0; i < N; i++) {
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", base_port + i);
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", free_port());
         if (start_node(i) != 0) return -1;
     }
     return 0;

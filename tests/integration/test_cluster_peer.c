@@ -12,6 +12,9 @@
  * A member whose UCX cannot start joins and indexes, and its GETs stay
  * local.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,7 +37,20 @@ static struct tdaemon D[N];
 static char url[N][64];
 static kvt_client *C[N];
 static const char *wakeup = "1";
-static int port_base;
+
+/* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
+ * fixed ranges collide with ephemeral ports and concurrent suites. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
 
 static int start_node(int i)
 {
@@ -95,8 +111,9 @@ static int setup_with(const char *tls, const char *wk, int ports)
     setenv("UCX_TLS", tls, 1);
     wakeup = wk;
     memset(D, 0, sizeof D);
+    (void)ports;
     for (int i = 0; i < N; i++)
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", port_base + ports + i);
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", free_port());
     for (int i = 0; i < N; i++)
         if (start_node(i) != 0) return -1;
     return wait_ready();
@@ -294,7 +311,7 @@ static void test_member_without_ucx(void **state)
     (void)state;
     struct tdaemon t = {0};
     char u[64];
-    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", port_base + 5);
+    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", free_port());
     const char *extra[] = {"--cluster.node_id", "9", "--cluster.listen", u,
                            "--cluster.seeds", url[2], "--cluster.heartbeat_ms", "100",
                            "--cluster.failure_timeout_ms", "2000", NULL};
@@ -321,7 +338,6 @@ static void test_member_without_ucx(void **state)
 
 int main(void)
 {
-    port_base = 31000 + (int)(getpid() % 1500) * 20;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_bit_exact_then_local),
         cmocka_unit_test(test_corrupt_bytes_are_a_miss),
