@@ -24,7 +24,7 @@ static char tcp_url[64];
 static int setup(void **state)
 {
     (void)state;
-    int port = 20000 + (int)(getpid() % 20000);
+    int port = td_free_port();
     snprintf(tcp_url, sizeof tcp_url, "tcp://127.0.0.1:%d", port);
     const char *extra[] = {"--tcp", tcp_url, NULL};
     return td_start(&D, extra);

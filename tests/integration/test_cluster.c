@@ -34,20 +34,6 @@
 static struct tdaemon D[N];
 static char url[N][64];
 
-/* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
- * fixed ranges collide with ephemeral ports and concurrent suites. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static int start_node(int i)
 {
     char id[16];
@@ -63,7 +49,7 @@ static int setup(void **state)
 {
     (void)state;
     for (int i = 0; i < N; i++) {
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", free_port());
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
         if (start_node(i) != 0) return -1;
     }
     return 0;

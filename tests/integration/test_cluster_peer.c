@@ -38,20 +38,6 @@ static char url[N][64];
 static kvt_client *C[N];
 static const char *wakeup = "1";
 
-/* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
- * fixed ranges collide with ephemeral ports and concurrent suites. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static int start_node(int i)
 {
     char id[16];
@@ -113,7 +99,7 @@ static int setup_with(const char *tls, const char *wk, int ports)
     memset(D, 0, sizeof D);
     (void)ports;
     for (int i = 0; i < N; i++)
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", free_port());
+        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
     for (int i = 0; i < N; i++)
         if (start_node(i) != 0) return -1;
     return wait_ready();
@@ -311,7 +297,7 @@ static void test_member_without_ucx(void **state)
     (void)state;
     struct tdaemon t = {0};
     char u[64];
-    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", free_port());
+    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", td_free_port());
     const char *extra[] = {"--cluster.node_id", "9", "--cluster.listen", u,
                            "--cluster.seeds", url[2], "--cluster.heartbeat_ms", "100",
                            "--cluster.failure_timeout_ms", "2000", NULL};

@@ -39,6 +39,9 @@ void td_cleanup(struct tdaemon *d);
 kvt_client *td_connect(const struct tdaemon *d);
 /* 1 if the daemon's log contains s. */
 int td_log_has(const struct tdaemon *d, const char *s);
+/* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
+ * fixed ranges collide with ephemeral ports and concurrent suites. */
+int td_free_port(void);
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
 /* Deterministic bytes for (seed, i), and a key from a seed. */
