@@ -257,15 +257,21 @@ void nvs_park_timer(struct kvtierd *d)
 
 /* --------------------------------------------------------------- FLUSH */
 
+/* The result of a flush, for the immediate and the parked answer alike. */
+static void flush_fields(Kvtier__FlushResp *fr, const struct nvs_flush *f)
+{
+    fr->written = f->written;
+    fr->failed = f->failed;
+    fr->bytes = f->bytes;
+    fr->clean = f->clean;
+}
+
 static void flush_answer(struct kvtierd *d, struct nvs_park *p)
 {
     struct nvs_flush *f = p->flush;
     Kvtier__FlushResp fr = KVTIER__FLUSH_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    fr.written = f->written;
-    fr.failed = f->failed;
-    fr.bytes = f->bytes;
-    fr.clean = f->clean;
+    flush_fields(&fr, f);
     rsp.id = p->req_id;
     rsp.body_case = KVTIER__RESPONSE__BODY_FLUSH;
     rsp.flush = &fr;
@@ -286,10 +292,7 @@ static void fill_flush(Kvtier__Response *rsp, struct req *r, const struct nvs_fl
 {
     Kvtier__FlushResp *fr = req_alloc(r, sizeof *fr);
     kvtier__flush_resp__init(fr);
-    fr->written = f->written;
-    fr->failed = f->failed;
-    fr->bytes = f->bytes;
-    fr->clean = f->clean;
+    flush_fields(fr, f);
     rsp->body_case = KVTIER__RESPONSE__BODY_FLUSH;
     rsp->flush = fr;
 }
@@ -339,15 +342,21 @@ struct sctx {
 
 static void scrub_next(struct kvtierd *d);
 
+/* The result of a scrub, for the immediate and the parked answer alike. */
+static void verify_fields(Kvtier__VerifyResp *vr, const struct nvs_scrub *sc)
+{
+    vr->checked = sc->checked;
+    vr->bad = sc->bad;
+    vr->bytes = sc->bytes;
+    vr->read_errors = sc->read_errors;
+}
+
 static void fill_verify(struct req *r, Kvtier__Response *rsp,
                         const struct nvs_scrub *sc)
 {
     Kvtier__VerifyResp *vr = req_alloc(r, sizeof *vr);
     kvtier__verify_resp__init(vr);
-    vr->checked = sc->checked;
-    vr->bad = sc->bad;
-    vr->bytes = sc->bytes;
-    vr->read_errors = sc->read_errors;
+    verify_fields(vr, sc);
     rsp->body_case = KVTIER__RESPONSE__BODY_VERIFY;
     rsp->verify = vr;
 }
@@ -357,10 +366,7 @@ static void verify_answer(struct kvtierd *d, struct nvs_scrub *sc)
     struct nvs_park *p = sc->park;
     Kvtier__VerifyResp vr = KVTIER__VERIFY_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    vr.checked = sc->checked;
-    vr.bad = sc->bad;
-    vr.bytes = sc->bytes;
-    vr.read_errors = sc->read_errors;
+    verify_fields(&vr, sc);
     rsp.id = p->req_id;
     rsp.body_case = KVTIER__RESPONSE__BODY_VERIFY;
     rsp.verify = &vr;
