@@ -92,9 +92,12 @@ $(LIBKVT_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# The real file carries its SONAME's name; libkvtier.so is the link-time
+# name, so programs linked against the build tree start from it too.
 $(LIBKVT_SO): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libkvtier.so.0 $(LDFLAGS) $^ -o $@ $(LIBS)
+	$(CC) -shared -Wl,-soname,libkvtier.so.0 $(LDFLAGS) $^ -o $@.0 $(LIBS)
+	ln -sf libkvtier.so.0 $@
 
 $(INTERNAL_A): $(LIB_OBJ) $(DAEMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -170,7 +173,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(KVTIERD) $(KVTIERCTL) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(LIBKVT_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0755 $(LIBKVT_SO) $(DESTDIR)$(PREFIX)/lib/libkvtier.so.0
+	install -m 0755 $(LIBKVT_SO).0 $(DESTDIR)$(PREFIX)/lib/libkvtier.so.0
 	ln -sf libkvtier.so.0 $(DESTDIR)$(PREFIX)/lib/libkvtier.so
 	install -m 0644 client/include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/kvtier.pc.in \
