@@ -55,8 +55,9 @@ from kvtier.sglang import KVTierStore, page_key  # noqa: E402
 R = Results()
 PS = 4            # tokens per page
 DEVICE_TOKENS = 64
-MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
+               "page_unified")
+MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_unified")
 DYNAMIC = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
            "class_name": "KVTierStore", "interface_v1": 1}
 
@@ -117,8 +118,28 @@ def u8(t):
     return t.reshape(-1).view(torch.uint8)
 
 
-def page_bytes(host, start):
-    return host.get_data_page(int(start), flat=True).contiguous().view(torch.uint8)
+def page_bytes(host, start, kv=None):
+    """The bytes of the page at token index start, as SGLang's
+    get_data_page(flat=True) gives them (of a saved kv_buffer copy when kv
+    is given). page_unified pools have no get_data_page: their page is the
+    page block kv_buffer[page]."""
+    saved = host.kv_buffer
+    if kv is not None:
+        host.kv_buffer = kv
+    try:
+        if host.layout == "page_unified":
+            return u8(host.kv_buffer[int(start) // PS])
+        return u8(host.get_data_page(int(start), flat=True).contiguous())
+    finally:
+        host.kv_buffer = saved
+
+
+def set_page(host, start, data):
+    """Write a page's bytes back (set_from_flat_data_page where SGLang has it)."""
+    if host.layout == "page_unified":
+        u8(host.kv_buffer[int(start) // PS]).copy_(data)
+    else:
+        host.set_from_flat_data_page(int(start), data.view(host.kv_buffer.dtype))
 
 
 def page_keys(n, seed):
@@ -190,8 +211,7 @@ def roundtrip(host, url, seed):
     after = u8(host.kv_buffer).clone()
     saved = before.view(host.kv_buffer.dtype).view(host.kv_buffer.shape)
     for i in range(n):
-        start = int(dst[i * PS])
-        host.set_from_flat_data_page(start, _page_of(saved, host, start))
+        set_page(host, dst[i * PS], page_bytes(host, dst[i * PS], kv=saved).clone())
     assert torch.equal(before, u8(host.kv_buffer))
     u8(host.kv_buffer).copy_(after)
     # Leading hits: the 4th page gone -> 3 of 5; none -> 0.
@@ -204,17 +224,8 @@ def roundtrip(host, url, seed):
     # Setting again: the present pages are kept, the missing one is added.
     assert s.batch_set_v1(keys, src) == [True] * n
     assert s.batch_exists(keys) == n
-    # Legacy calls read and write the same chunks.
-    page = s.get(keys[0], host.get_dummy_flat_data_page())
-    assert page is not None and torch.equal(page.view(torch.uint8),
-                                            page_bytes(host, src[0]))
-    assert s.exists(keys[4]) and not s.exists(other[0])
-    lk, _ = page_keys(2, seed + 200)
-    assert s.batch_set(lk, [host.get_data_page(int(src[0])), host.get_data_page(int(src[PS]))])
-    assert s.batch_exists(lk) == 2
-    assert s.batch_get_v1(lk, dst[:2 * PS]) == [True, True]
-    assert torch.equal(page_bytes(host, dst[0]), page_bytes(host, src[0]))
-    assert torch.equal(page_bytes(host, dst[PS]), page_bytes(host, src[PS]))
+    if host.layout != "page_unified":
+        legacy(s, host, keys, other, src, dst, seed)
     st = s.stats
     assert st["errors"] == 0 and st["get_corrupt"] == 0, st
     m = s.get_stats()
@@ -225,15 +236,18 @@ def roundtrip(host, url, seed):
     return s.ns
 
 
-def _page_of(buf, host, start):
-    """The page at start of a saved copy of kv_buffer, flat, for
-    set_from_flat_data_page (restores a page from the snapshot)."""
-    saved = host.kv_buffer
-    host.kv_buffer = buf
-    try:
-        return host.get_data_page(int(start), flat=True).clone()
-    finally:
-        host.kv_buffer = saved
+def legacy(s, host, keys, other, src, dst, seed):
+    """SGLang's legacy calls (interface_v1 off) read and write the same chunks."""
+    page = s.get(keys[0], host.get_dummy_flat_data_page())
+    assert page is not None and torch.equal(page.view(torch.uint8),
+                                            page_bytes(host, src[0]))
+    assert s.exists(keys[4]) and not s.exists(other[0])
+    lk, _ = page_keys(2, seed + 200)
+    assert s.batch_set(lk, [host.get_data_page(int(src[0])), host.get_data_page(int(src[PS]))])
+    assert s.batch_exists(lk) == 2
+    assert s.batch_get_v1(lk, dst[:2 * PS]) == [True, True]
+    assert torch.equal(page_bytes(host, dst[0]), page_bytes(host, src[0]))
+    assert torch.equal(page_bytes(host, dst[PS]), page_bytes(host, src[PS]))
 
 
 def test_mha_layouts(url):
@@ -353,20 +367,17 @@ def test_bad_indices_and_layouts(url):
     assert s.batch_get_v1(keys, bad) == [True, False]
     assert s.batch_exists([]) == 0 and s.batch_get_v1([], idx[:0]) == []
     s.close()
-    # An unsupported layout is refused when SGLang registers the pool.
+    # An unsupported layout is refused when SGLang registers the pool:
+    # page_first_kv_split, which SGLang builds only over an NPU's split MLA
+    # buffers -- here a real page_first MLA pool RELABELLED as such.
+    split = mla_host("page_first")
+    split.layout = "page_first_kv_split"
+    st = KVTierStore(config(url, mla=True), {})
     try:
-        unified = mha_host("page_unified")
-    except Exception as e:      # the real pool cannot be built here
-        print("  (page_unified host pool not buildable on CPU: %s; using a relabelled"
-              " page_first pool)" % type(e).__name__)
-        unified = mha_host("page_first")
-        unified.layout = "page_unified"
-    st = KVTierStore(config(url), {})
-    try:
-        st.register_mem_pool_host(unified)
-        raise AssertionError("page_unified accepted")
+        st.register_mem_pool_host(split)
+        raise AssertionError("page_first_kv_split accepted")
     except ValueError as e:
-        assert "page_unified" in str(e) and "layer_first" in str(e), e
+        assert "page_first_kv_split" in str(e) and "layer_first" in str(e), e
     # Before registration the data calls fail softly.
     st2 = KVTierStore(config(url), {})
     assert st2.batch_exists(keys) == 0

@@ -20,11 +20,12 @@ well (with copies) and which read and write the same chunks.
 One SGLang page is one kvtier chunk. Its bytes are the page's bytes in the
 host pool's own order -- exactly what the pool's get_data_page(flat=True)
 returns, so every layout reads back bit-exact and the legacy calls share
-chunks with the v1 calls. Supported host pools: MHATokenToKVPoolHost with
+chunks with the v1 calls ("page_unified" pools have no get_data_page: a
+page is their page block). Supported host pools: MHATokenToKVPoolHost with
 equal K/V head dims ("layer_first", "page_first", "page_first_direct",
-"page_head") and MLATokenToKVPoolHost ("layer_first", "page_first",
-"page_first_direct"); anything else is refused at registration with an
-error that names it. Pages are addressed through tensor views of the pool's
+"page_head", "page_unified") and MLATokenToKVPoolHost ("layer_first",
+"page_first", "page_first_direct", "page_unified"); anything else is
+refused at registration with an error that names it. Pages are addressed through tensor views of the pool's
 kv_buffer (no pointer arithmetic, no Python loop over tokens).
 
 Keys: SGLang's page keys are the hex of its chained SHA-256 page hashes,
@@ -68,8 +69,9 @@ log = logging.getLogger("kvtier.sglang")
 
 CHUNK_FORMAT = "kvtier-sglang-page-1"
 
-_MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-_MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+_MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
+                "page_unified")
+_MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_unified")
 
 
 def page_key(key):
@@ -183,13 +185,15 @@ class PageMap:
                 view, dim, by_page = u8.view(2, kv.shape[1], kv.shape[2], -1), 2, False
             elif layout == "page_first":    # [2, slot, layer, head, dim]
                 view, dim, by_page = u8.view(2, kv.shape[1], -1), 1, False
+            elif layout == "page_unified":  # [page, ...]: one block a page
+                view, dim, by_page = u8.view(kv.shape[0], -1), 0, True
             else:                           # [2, page, ...]
                 view, dim, by_page = u8.view(2, kv.shape[1], -1), 1, True
         else:
             if layout == "layer_first":     # [layer, slot, 1, dim]
                 view, dim, by_page = u8.view(kv.shape[0], kv.shape[1], -1), 1, False
             else:                           # [slot, ...] or [page, ...]
-                view, dim, by_page = u8.view(kv.shape[0], -1), 0, layout == "page_first_direct"
+                view, dim, by_page = u8.view(kv.shape[0], -1), 0, layout != "page_first"
         self.pool, self.kind, self.layout = pool, kind, layout
         self.view, self.dim, self.by_page, self.page_size = view, dim, by_page, ps
         self.dcp = int(getattr(pool, "dcp_size", 1) or 1)
@@ -229,7 +233,8 @@ class PageMap:
                  "L%s" % getattr(p, "layer_num", "?"), "pb%d" % self.page_bytes,
                  "fmt%s" % getattr(p, "storage_format_tag", None)]
         if self.kind == "mha":
-            parts += ["H%s" % p.head_num, "D%s" % p.head_dim, "V%s" % p.v_head_dim]
+            parts += ["H%s" % p.head_num, "D%s" % p.head_dim, "V%s" % p.v_head_dim,
+                      "G%s" % getattr(p, "head_group_num", 1)]
         else:
             parts += ["R%s" % getattr(p, "kv_lora_rank", "?"),
                       "P%s" % getattr(p, "qk_rope_head_dim", "?"),
@@ -359,6 +364,12 @@ class KVTierStore(HiCacheStorage):
         else:
             log.warning("kvtier store: %s failed: %s", what, e)
 
+    def _release(self, lease):
+        try:
+            lease.release()
+        except Exception as e:
+            self._fail("release", e)
+
     @staticmethod
     def _parent(extra_info):
         pk = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
@@ -414,24 +425,25 @@ class KVTierStore(HiCacheStorage):
             self._fail("get", e)
             return res
         try:
-            with lease:
-                for i in range(len(lease)):
-                    if starts[i] is None:
-                        continue
-                    if len(lease.views[i]) != pm.page_bytes or \
-                            (self.verify and not lease.verify(i)):
-                        self.stats["get_corrupt"] += 1
-                        log.warning("kvtier store: chunk %s unusable (%s), a miss",
-                                    kk[i].hex()[:16],
-                                    "size %d" % len(lease.views[i])
-                                    if len(lease.views[i]) != pm.page_bytes else "checksum")
-                        continue
-                    src = _pool_tensor(lease.addresses[i], pm.page_bytes)
-                    pm.page(starts[i]).copy_(src.view(pm.page_shape))
-                    res[i] = True
+            for i in range(len(lease)):
+                if starts[i] is None:
+                    continue
+                if len(lease.views[i]) != pm.page_bytes or \
+                        (self.verify and not lease.verify(i)):
+                    self.stats["get_corrupt"] += 1
+                    log.warning("kvtier store: chunk %s unusable (%s), a miss",
+                                kk[i].hex()[:16],
+                                "size %d" % len(lease.views[i])
+                                if len(lease.views[i]) != pm.page_bytes else "checksum")
+                    continue
+                src = _pool_tensor(lease.addresses[i], pm.page_bytes)
+                pm.page(starts[i]).copy_(src.view(pm.page_shape))
+                res[i] = True
         except Exception as e:
+            self._release(lease)
             self._fail("get copy", e)
             return [False] * n
+        self._release(lease)    # the pages are copied: a failed release loses nothing
         self.stats["get_hits"] += sum(res)
         self._metric("prefetch", sum(res), t0)
         return res
@@ -532,13 +544,17 @@ class KVTierStore(HiCacheStorage):
         try:
             c = self._client()
             if c.zero_copy:
-                with c.get(self.ns, kk) as lease:
-                    datas = []
+                lease = c.get(self.ns, kk)
+                datas = []
+                try:
                     for i in range(len(lease)):
-                        if len(lease.views[i]) != pb or (self.verify and not lease.verify(i)):
+                        if len(lease.views[i]) != pb or \
+                                (self.verify and not lease.verify(i)):
                             self.stats["get_corrupt"] += 1
                             break
                         datas.append(_pool_tensor(lease.addresses[i], pb).clone())
+                finally:
+                    self._release(lease)
             else:
                 datas = []
                 for k in kk:
