@@ -238,6 +238,7 @@ class KVTierConnector(KVConnectorBase_V1):
         self.url = _extra(cfg, "socket", None) or os.environ.get("KVTIER_SOCKET")
         self.timeout_ms = _extra(cfg, "timeout_ms", 10000)
         self.stats_file = _extra(cfg, "stats_file", None)
+        self._written = None
         pc = cfg.parallel_config
         self.tp = pc.tensor_parallel_size
         self.mla = bool(getattr(cfg.model_config, "use_mla", False))
@@ -336,8 +337,9 @@ class KVTierConnector(KVConnectorBase_V1):
         if self.mover is None:
             return None, None
         done = self.mover.finished(finished_req_ids)
-        if done:
-            self._write_stats(self.mover.stats, "worker")
+        if self.stats_file and self.mover.stats != self._written:
+            self._written = dict(self.mover.stats)
+            self._write_stats(self._written, "worker")
         return (done or None), None
 
     def get_block_ids_with_load_errors(self):

@@ -1,0 +1,76 @@
+"""Run prompts through a real vLLM (offline LLM API) and print the tokens.
+
+Design: one engine per process (the tests start several configurations:
+kvtier off, cold, warm, after a restart...), everything set from one JSON
+argument so the test controls exactly what the engine sees. Prints one
+JSON line: {"outputs": [[token ids] per request], "ttft_s": [...]} and
+leaves the connector's counters in stats_file.*.json when kvtier is on.
+
+    python vllm_run.py '{"model": DIR, "max_tokens": 8, "policy": "recompute",
+                         "kvtier": {extra config} | null,
+                         "steps": [{"prompt": [ids]} | {"chat": [[ids]...]}
+                                   | {"sh": "command"}]}'
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+
+
+def main():
+    a = json.loads(sys.argv[1])
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    kw = dict(model=a["model"], enforce_eager=True, enable_prefix_caching=False,
+              max_model_len=a.get("max_model_len", 4096), dtype="float32",
+              seed=0,
+              max_num_batched_tokens=a.get("max_num_batched_tokens", 4096),
+              gpu_memory_utilization=0.5)
+    if a.get("block_size"):
+        kw["block_size"] = a["block_size"]
+    if a.get("kvtier") is not None:
+        from vllm.config import KVTransferConfig
+        kw["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="KVTierConnector", kv_connector_module_path="kvtier.vllm",
+            kv_role="kv_both", kv_load_failure_policy=a.get("policy", "recompute"),
+            kv_connector_extra_config=a["kvtier"])
+    llm = LLM(**kw)
+    sp = SamplingParams(temperature=0.0, max_tokens=a.get("max_tokens", 8), ignore_eos=True)
+    outs, ttft = [], []
+
+    def gen(ids):
+        t0 = time.perf_counter()
+        res = llm.generate([TokensPrompt(prompt_token_ids=ids)], sp, use_tqdm=False)
+        ttft.append(time.perf_counter() - t0)
+        out = list(res[0].outputs[0].token_ids)
+        outs.append(out)
+        return out
+
+    for st in a["steps"]:
+        if "prompt" in st:                  # one request
+            gen(st["prompt"])
+        elif "chat" in st:                  # turns: history + reply + next segment
+            hist = []
+            for seg in st["chat"]:
+                hist = hist + seg
+                hist = hist + gen(hist)
+        elif "sh" in st:                    # the test acts between requests
+            subprocess.run(st["sh"], shell=True, check=True)
+    if a.get("kvtier") is not None:     # saves still running end here
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        get_kv_transfer_group().shutdown()
+    print(json.dumps({"outputs": outs, "ttft_s": ttft}))
+    sys.stdout.flush()
+    os._exit(0)   # skip engine teardown: the test only needs the tokens
+
+
+if __name__ == "__main__":
+    main()
