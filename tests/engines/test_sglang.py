@@ -457,6 +457,50 @@ def test_controller_calls(url):
     store.close()
 
 
+def test_threads(url):
+    """The controller's three storage threads at once (backup, hit query,
+    prefetch I/O): each gets its own connection; nothing is lost."""
+    import threading
+    host = mha_host("layer_first", tokens=1024)
+    fill_random(host, 91)
+    s = new_store(host, url)
+    groups = [page_keys(8, 900 + g)[0] for g in range(12)]
+    src = [alloc_pages(host, 8, shuffle_seed=g) for g in range(12)]
+    dst = alloc_pages(host, 8)
+    errors = []
+
+    def setter():
+        for g in range(12):
+            if s.batch_set_v1(groups[g], src[g]) != [True] * 8:
+                errors.append(("set", g))
+
+    def checker():
+        for _ in range(60):
+            for g in range(12):
+                if s.batch_exists(groups[g]) not in (0, 8):
+                    errors.append(("exists", g))
+
+    def getter():
+        for _ in range(5):
+            for g in range(12):
+                r = s.batch_get_v1(groups[g], dst)
+                if r not in ([True] * 8, [False] * 8):
+                    errors.append(("get", g, r))
+
+    ts = [threading.Thread(target=f) for f in (setter, checker, getter)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[:5]
+    assert len(s.conns.all) == 3 and s.stats["errors"] == 0
+    for g in range(12):
+        assert s.batch_get_v1(groups[g], dst) == [True] * 8
+        for i in range(8):
+            assert torch.equal(page_bytes(host, src[g][i * PS]), page_bytes(host, dst[i * PS]))
+    s.close()
+
+
 def test_daemon_killed_and_restarted():
     d = Daemon().start()
     try:
@@ -499,7 +543,7 @@ def main():
         for t in (test_mha_layouts, test_mla_layouts, test_namespaces,
                   test_mla_writer_and_reader, test_corrupt_chunk_is_a_miss,
                   test_bad_indices_and_layouts, test_dynamic_loader,
-                  test_controller_calls):
+                  test_controller_calls, test_threads):
             R.run(t, d.url)
     R.run(test_daemon_killed_and_restarted)
     R.finish()
