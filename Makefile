@@ -60,7 +60,7 @@ TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC))
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps run test test-bin check-unit bench install clean fuzz
+.PHONY: all deps run test test-bin test-engines check-unit bench bench-engines install clean fuzz
 .DEFAULT_GOAL := all
 
 EXAMPLES   := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -158,9 +158,21 @@ test: deps
 	scripts/run-tests.sh $(BUILD)
 	$(MAKE) BUILD=build-san SAN=1 OPT=-O1 test-bin
 	KVT_SAN=1 scripts/run-tests.sh build-san
+	@if [ -n "$(KVT_SKIP_ENGINES)" ] && [ "$(KVT_SKIP_ENGINES)" != 0 ]; then \
+	    echo "test-engines left out (KVT_SKIP_ENGINES=$(KVT_SKIP_ENGINES))"; \
+	else $(MAKE) test-engines; fi
+
+# kvtier inside real vLLM and SGLang (their packages from PyPI, in a virtual
+# environment cached under ~/.cache/kvtier; the first run downloads ~3 GB).
+test-engines: deps all
+	scripts/run-engine-tests.sh $(BUILD)
 
 bench: deps all $(BENCH_BINS)
 	scripts/run-bench.sh $(BUILD)
+
+# Engine benchmarks only (time to first token in real vLLM, workload replay).
+bench-engines: deps all
+	scripts/run-bench.sh $(BUILD) engines
 
 # Directories follow PREFIX; /etc only for PREFIX=/usr (a distro layout).
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
