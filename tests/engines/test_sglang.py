@@ -537,6 +537,40 @@ def test_daemon_killed_and_restarted():
         d.cleanup()
 
 
+def test_remote_daemon_copies():
+    """A kvtierd reached over tcp:// (pool not mapped): the same calls work
+    through copying PUT / GET, and the chunks are the same bytes."""
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    tcp = "tcp://127.0.0.1:%d" % port
+    with Daemon(args=["--tcp", tcp]) as d:
+        host = mla_host("layer_first")
+        fill_random(host, 95)
+        s = new_store(host, tcp, mla=True)
+        local = new_store(host, d.url, mla=True)
+        assert s.ns == local.ns
+        assert not s._client().zero_copy and local._client().zero_copy
+        keys, _ = page_keys(3, 95)
+        src, dst = alloc_pages(host, 3, shuffle_seed=1), alloc_pages(host, 3, shuffle_seed=2)
+        assert s.batch_set_v1(keys, src) == [True] * 3
+        assert s.batch_exists(keys) == 3 and local.batch_exists(keys) == 3
+        assert s.batch_get_v1(keys, dst) == [True] * 3
+        for i in range(3):
+            assert torch.equal(page_bytes(host, src[i * PS]), page_bytes(host, dst[i * PS]))
+        # Written remotely, read locally zero-copy (and the other way).
+        dst2 = alloc_pages(host, 3)
+        assert local.batch_get_v1(keys, dst2) == [True] * 3
+        assert torch.equal(page_bytes(host, src[2 * PS]), page_bytes(host, dst2[2 * PS]))
+        assert local.delete([keys[1]]) == 1
+        assert s.batch_get_v1(keys, dst) == [True, False, False]
+        page = s.get(keys[0], host.get_dummy_flat_data_page())
+        assert page is not None and torch.equal(u8(page), page_bytes(host, src[0]))
+        s.close()
+        local.close()
+
+
 def main():
     R.run(test_keys_equal_sglang_hash)
     with Daemon(pool="256M") as d:
@@ -545,6 +579,7 @@ def main():
                   test_bad_indices_and_layouts, test_dynamic_loader,
                   test_controller_calls, test_threads):
             R.run(t, d.url)
+    R.run(test_remote_daemon_copies)
     R.run(test_daemon_killed_and_restarted)
     R.finish()
 

@@ -127,7 +127,9 @@ class _Conns:
         return c
 
     def failed(self, e):
-        if isinstance(e, KVTierError) and e.err not in (
+        """Drop this thread's client after a transport error (the stream may
+        be out of step); other errors leave it be."""
+        if not isinstance(e, KVTierError) or e.err not in (
                 Err.ECLOSED, Err.ETIMEDOUT, Err.EPROTO, Err.EIO):
             return
         c = getattr(self.local, "c", None)
