@@ -75,6 +75,11 @@ static const struct cfg_key keys[] = {
      "and the next kvtierd adopts them (checksums verified before serving), so "
      "a restart or upgrade keeps the DRAM cache; 0: the pool starts empty and "
      "is removed at stop"},
+    {"dram", "plain_lru", CFG_U64, F(plain_lru), "0", 0, 1, "bool", 0,
+     "1: evict the least recently used chunk whatever it is (DRAM and NVMe); "
+     "0: prefix-aware eviction, only chunks with no cached descendants are "
+     "victims (a shared prefix outlives its continuations). For comparing "
+     "policies (bench_replay)"},
     {"nvme", "dirs", CFG_STR, F(nvme_dirs), "", 0, 0, "paths", 0,
      "comma-separated data directories, one per device (O_DIRECT files); "
      "empty: <state_dir>/nvme"},

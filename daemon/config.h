@@ -43,6 +43,7 @@ struct kvt_config {
     uint64_t hbm_bytes;           /* GPU pool of the HBM tier; 0: off */
     /* [nvme] and DRAM adoption (nvstore.c, journal.c) */
     uint64_t dram_adopt;          /* keep the pool file and adopt it at start */
+    uint64_t plain_lru;           /* eviction ignores the prefix tree */
     char nvme_dirs[CFG_STR_MAX];  /* comma list; empty: <state_dir>/nvme */
     uint64_t nvme_bytes;          /* per directory; 0: no NVMe tier */
     uint64_t nvme_file_bytes;     /* size of each preallocated data file */

@@ -160,7 +160,7 @@ static int dram_leaf(const struct idx *x, uint32_t i)
 {
     const struct idx_entry *e = &x->e[i];
     return e->state == IDX_READY && (e->tier & IDX_DRAM) && e->pins == 0 &&
-           e->children == 0;
+           (e->children == 0 || x->plain_lru);
 }
 
 /* An NVMe leaf: its record may be dropped. */
@@ -168,7 +168,7 @@ static int nv_leaf(const struct idx *x, uint32_t i)
 {
     const struct idx_entry *e = &x->e[i];
     return x->nv_active && e->state == IDX_READY && (e->tier & IDX_NVME) &&
-           x->nv[i].kids == 0 &&
+           (x->nv[i].kids == 0 || x->plain_lru) &&
            !(x->nv[i].flags & (IDX_F_READING | IDX_F_SCRUB));
 }
 

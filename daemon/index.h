@@ -99,6 +99,7 @@ struct idx {
     uint32_t lru_head, lru_tail; /* DRAM leaves, head = most recent */
     uint32_t nv_head, nv_tail;   /* NVMe leaves, head = most recent */
     int nv_active;               /* an NVMe tier exists */
+    int plain_lru;               /* every ready chunk is a leaf (policy baseline) */
     uint64_t n_ready, bytes_ready;
     uint64_t n_in[2], bytes_in[2]; /* ready chunks per tier: 0 DRAM, 1 NVMe */
 };

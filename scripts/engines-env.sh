@@ -67,7 +67,14 @@ mapfile -t reqarr <<<"$reqs"
 pipi "${cons[@]}" "${reqarr[@]}"
 log "sglang 0.5.23 (--no-deps) and what its HiCache interface imports"
 pipi --no-deps sglang==0.5.23
-pipi "${cons[@]}" orjson IPython msgpack pyzmq msgspec transformers safetensors
-"$vp" -c 'import torch, vllm, vllm._C, msgspec, zmq, msgpack; from sglang.srt.mem_cache.hicache_storage import HiCacheStorage' >&2
+pipi "${cons[@]}" orjson IPython msgpack pyzmq msgspec transformers safetensors \
+  torchvision==0.28.0 gguf==0.19.0   # SGLang's host pools and cache controller import them
+# vLLM picks its kernels by CPU (vllm._C wants AVX-512 with bf16; machines
+# without it load _C_AVX2): ask vLLM's platform, never import vllm._C.
+"$vp" -c 'import torch, msgspec, zmq, msgpack, transformers
+from vllm.platforms import current_platform as p
+p.import_kernels()
+import vllm.distributed.kv_events' >&2
+"$vp" -c 'from sglang.srt.mem_cache.hicache_storage import HiCacheStorage' >&2
 touch "$stamp"
 echo "$vp"
