@@ -565,6 +565,12 @@ def test_remote_daemon_copies():
         assert torch.equal(page_bytes(host, src[2 * PS]), page_bytes(host, dst2[2 * PS]))
         assert local.delete([keys[1]]) == 1
         assert s.batch_get_v1(keys, dst) == [True, False, False]
+        # A chunk corrupted in the pool is a miss over tcp:// too.
+        with kvtier.Client(d.url) as c, c.get(s.ns, [page_key(keys[2])]) as g:
+            buf = (ctypes.c_char * len(g.views[0])).from_address(g.addresses[0])
+            buf[7] = bytes([buf[7][0] ^ 0x55])
+        assert s.batch_get_v1([keys[0], keys[2]], dst[:2 * PS]) == [True, False]
+        assert s.stats["get_corrupt"] == 1
         page = s.get(keys[0], host.get_dummy_flat_data_page())
         assert page is not None and torch.equal(u8(page), page_bytes(host, src[0]))
         s.close()

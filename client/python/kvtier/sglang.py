@@ -49,8 +49,9 @@ checksum fails (verify) or whose size is not the page size is a miss.
 
 Settings (the extra config, next to backend_name etc.): socket (default
 $KVTIER_SOCKET), namespace (default "sglang/<model>"), verify (true:
-checksum each chunk before it reaches the host pool), timeout_ms (10000),
-reconnect_s (0.5).
+checksum each chunk before it reaches the host pool; a tcp:// kvtierd,
+whose pool is not mapped, is served by copying calls, which libkvtier
+always checks), timeout_ms (10000), reconnect_s (0.5).
 """
 import ctypes
 import hashlib
@@ -455,7 +456,15 @@ class KVTierStore(HiCacheStorage):
         pm = self.pages
         res = [False] * len(kk)
         for i, k in enumerate(kk):
-            data = c.get_copy(self.ns, k, cap=pm.page_bytes)
+            try:
+                data = c.get_copy(self.ns, k, cap=pm.page_bytes)
+            except KVTierError as e:
+                if e.err not in (Err.ECORRUPT, Err.ETOOBIG):
+                    raise
+                self.stats["get_corrupt"] += 1
+                log.warning("kvtier store: chunk %s unusable (%s), a miss",
+                            k.hex()[:16], e.err.name)
+                continue
             if data is None:
                 break
             if starts[i] is None or len(data) != pm.page_bytes:
@@ -560,7 +569,13 @@ class KVTierStore(HiCacheStorage):
             else:
                 datas = []
                 for k in kk:
-                    d = c.get_copy(self.ns, k, cap=pb)
+                    try:
+                        d = c.get_copy(self.ns, k, cap=pb)
+                    except KVTierError as e:
+                        if e.err not in (Err.ECORRUPT, Err.ETOOBIG):
+                            raise
+                        self.stats["get_corrupt"] += 1
+                        break
                     if d is None or len(d) != pb:
                         break
                     datas.append(torch.frombuffer(bytearray(d), dtype=torch.uint8))
