@@ -322,6 +322,54 @@ def test_mla_writer_and_reader(url):
     r.close()
 
 
+def test_mla_dcp(url):
+    """MLA with decode context parallelism (DCP 2 of TP 4): a logical page
+    of 2*PS slots is PS physical rows on each DCP rank; each DCP shard has
+    its namespace, written by its rank in the first DCP group and read by
+    the same shard's rank in the other group."""
+    def host(dcp_rank):
+        dev = MLATokenToKVPool(size=DEVICE_TOKENS, page_size=2 * PS, dtype=torch.bfloat16,
+                               kv_lora_rank=16, qk_rope_head_dim=8, layer_num=3,
+                               device="cpu", enable_memory_saver=False)
+        info = dev.get_device_pool_infos()[0].buffer_info
+        with host_memory_budget_scope(1 << 30):
+            return MLATokenToKVPoolHost(
+                info, 2.0, 0, 2 * PS, "page_first", pin_memory=False, device="cpu",
+                override_kv_cache_dim=dev.kv_cache_dim, device_capacity_tokens=dev.size,
+                start_layer=dev.start_layer, end_layer=dev.end_layer,
+                target_layer_num=dev.layer_num, dcp_size=2, dcp_rank=dcp_rank)
+
+    def store(h, tp_rank):
+        cfg = config(url, tp_rank=tp_rank, tp_size=4, mla=True)
+        cfg.dcp_size, cfg.dcp_rank, cfg.logical_page_size = 2, tp_rank % 2, 2 * PS
+        cfg.__post_init__()
+        s = KVTierStore(cfg, {})
+        s.register_mem_pool_host(h)
+        return s
+
+    hosts = [host(r % 2) for r in range(4)]
+    stores = [store(hosts[r], r) for r in range(4)]
+    assert [s.writer for s in stores] == [True, True, False, False]
+    assert stores[0].ns.endswith("/mladcp2r0") and stores[1].ns.endswith("/mladcp2r1")
+    assert stores[2].ns == stores[0].ns and stores[3].ns == stores[1].ns
+    keys, _ = page_keys(3, 97)
+    lp = 2 * PS
+    idx = [h.alloc(3 * lp) for h in hosts]
+    for r in range(4):
+        fill_random(hosts[r], 970 + r)
+        assert stores[r].batch_set_v1(keys, idx[r]) == [True] * 3
+    for r in range(4):
+        assert stores[r].batch_exists(keys) == 3
+        dst = hosts[r].alloc(3 * lp)
+        assert stores[r].batch_get_v1(keys, dst) == [True] * 3
+        writer = r % 2
+        for i in range(3):
+            want = page_bytes(hosts[writer], idx[writer][i * lp])
+            assert torch.equal(page_bytes(hosts[r], dst[i * lp]), want), (r, i)
+    for s in stores:
+        s.close()
+
+
 def test_corrupt_chunk_is_a_miss(url):
     host = mha_host("layer_first")
     fill_random(host, 41)
@@ -581,7 +629,7 @@ def main():
     R.run(test_keys_equal_sglang_hash)
     with Daemon(pool="256M") as d:
         for t in (test_mha_layouts, test_mla_layouts, test_namespaces,
-                  test_mla_writer_and_reader, test_corrupt_chunk_is_a_miss,
+                  test_mla_writer_and_reader, test_mla_dcp, test_corrupt_chunk_is_a_miss,
                   test_bad_indices_and_layouts, test_dynamic_loader,
                   test_controller_calls, test_threads):
             R.run(t, d.url)
