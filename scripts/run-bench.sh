@@ -10,6 +10,7 @@
 set -uo pipefail
 
 build=${1:-build}
+only=${2:-}          # "engines": only the engine benchmarks (make bench-engines)
 bench_dir="$build/bench"
 timeout_s=${BENCH_TIMEOUT:-300}
 
@@ -34,7 +35,20 @@ echo
 failed=()
 skipped=()
 ran=0
+run_py() { # name, python, script
+  local name=$1 py=$2 script=$3 start rc
+  echo "== $name"
+  start=$(date +%s)
+  KVTIER_BUILD=$PWD/$build timeout --signal=TERM --kill-after=10 "${ENGINE_BENCH_TIMEOUT:-2400}" "$py" "$script"
+  rc=$?
+  ran=$((ran + 1))
+  if [ $rc -eq 0 ]; then echo "-- $name: done in $(( $(date +%s) - start )) s"
+  else echo "-- $name: FAILED: exit status $rc"; failed+=("$name"); fi
+  echo
+}
+
 for b in "$bench_dir"/*; do
+  [ -n "$only" ] && break
   [ -f "$b" ] && [ -x "$b" ] || continue
   name=$(basename "$b")
   echo "== $name"
@@ -56,6 +70,16 @@ for b in "$bench_dir"/*; do
   esac
   echo
 done
+
+# Engine benchmarks: replay through the Python client (standard library),
+# time to first token in real vLLM (the engines environment).
+export KVTIERCTL=${KVTIERCTL:-$PWD/$build/bin/kvtierctl}
+run_py bench_replay /usr/bin/python3 bench/engines/bench_replay.py
+if py=$(scripts/engines-env.sh); then
+  run_py bench_ttft "$py" bench/engines/bench_ttft.py
+else
+  echo "-- bench_ttft: FAILED: the engines environment could not be built"; failed+=(bench_ttft)
+fi
 
 if [ "$ran" -eq 0 ]; then
   echo "run-bench.sh: no bench binaries in $bench_dir" >&2

@@ -36,6 +36,8 @@ def main():
               gpu_memory_utilization=0.5)
     if a.get("block_size"):
         kw["block_size"] = a["block_size"]
+    if a.get("kv_offloading_size"):          # vLLM's own CPU offloading
+        kw["kv_offloading_size"] = a["kv_offloading_size"]
     if a.get("kvtier") is not None:
         from vllm.config import KVTransferConfig
         kw["kv_transfer_config"] = KVTransferConfig(

@@ -105,6 +105,18 @@ def _extra(cfg, key, default):
     return type(default)(v) if default is not None and v is not None else v
 
 
+def gpu_mode(vllm_config):
+    """"daemon": kvtierd moves bytes over CUDA IPC (GPU engines, default);
+    "pages": this process moves whole pages through the pool (CPU engines,
+    or GPU engines asking for it). The chunk formats differ, so the mode is
+    part of the namespace and both sides of the connector agree on it."""
+    dev = str(getattr(getattr(vllm_config, "device_config", None), "device_type", "cpu"))
+    want = _extra(vllm_config, "gpu_mode", None)
+    if dev != "cuda":
+        return "pages"
+    return want or "daemon"
+
+
 def namespace(vllm_config, kv_cache_config, chunk_tokens, rank, tp, pp_rank=0):
     mc = vllm_config.model_config
     base = _extra(vllm_config, "namespace", None) or \
@@ -113,7 +125,8 @@ def namespace(vllm_config, kv_cache_config, chunk_tokens, rank, tp, pp_rank=0):
     if dtype == "auto":
         dtype = str(mc.dtype).replace("torch.", "")
     shape = repr([g.kv_cache_spec for g in kv_cache_config.kv_cache_groups])
-    shape += "|bs%d|ct%d" % (vllm_config.cache_config.block_size, chunk_tokens)
+    shape += "|bs%d|ct%d|%s" % (vllm_config.cache_config.block_size, chunk_tokens,
+                                gpu_mode(vllm_config))
     h = hashlib.sha256(shape.encode()).hexdigest()[:12]
     who = "mla" if getattr(mc, "use_mla", False) else "tp%dr%d" % (tp, rank)
     if pp_rank:
@@ -222,6 +235,63 @@ class PageStore:
         p.commit()
 
 
+class DaemonStore:
+    """GPU engines: kvtierd itself gathers and scatters the blocks (CUDA IPC
+    registration of the KV tensors, kvt_kv_save / kvt_kv_load), so no KV
+    byte passes through this process. Not yet run on a GPU (none where it
+    was written); a daemon without one refuses the registration with
+    KVT_ENOTSUP, and `"gpu_mode": "pages"` moves pages through the pool
+    instead (a namespace of its own: the chunk formats differ)."""
+
+    KINDS = {"flash_nhd": 1, "flashinfer_nhd": 3, "mla": 8}
+
+    def __init__(self, kv_caches, chunk_tokens, block_size, ns, conn, save_conn, device):
+        self.ns, self.conn, self.save_conn = ns, conn, save_conn
+        ts = list(kv_caches.values())
+        t = ts[0]
+        if t.dim() == 5 and t.shape[0] == 2:
+            kind, nb, heads, hd = "flash_nhd", t.shape[1], t.shape[3], t.shape[4]
+        elif t.dim() == 5 and t.shape[1] == 2:
+            kind, nb, heads, hd = "flashinfer_nhd", t.shape[0], t.shape[3], t.shape[4]
+        elif t.dim() == 3:
+            kind, nb, heads, hd = "mla", t.shape[0], 1, t.shape[2]
+        else:
+            raise ValueError("kvtier: no daemon-side layout for KV shape %s" % (tuple(t.shape),))
+        handles, offsets = b"", []
+        for x in ts:
+            info = x.untyped_storage()._share_cuda_()
+            handles += bytes(info[1])[:64].ljust(64, b"\0")
+            offsets.append(int(info[3]) + x.storage_offset() * x.element_size())
+        c = conn.get()
+        lay = c.layout(self.KINDS[kind], len(ts), nb, block_size, heads, hd,
+                       t.element_size(), [0] * len(ts))
+        self.reg, self.info = c.kv_register_cuda(ns, lay, chunk_tokens, device, handles, offsets)
+        self.timeout_ms = 60000
+
+    def load(self, op):
+        failed = set()
+        c = self.conn.get()
+        for i, key in enumerate(op.keys):     # all or nothing per request: chunk by chunk
+            want = op.block_ids[i][op.skip[i]:]
+            try:
+                x = c.kv_load(self.ns, self.reg, [key], op.block_ids[i])
+                st = c.kv_wait([x], self.timeout_ms)[0]
+                if st["err"] != Err.OK:
+                    failed.update(want)
+            except KVTierError as e:
+                self.conn.failed(e)
+                failed.update(want)
+        return failed
+
+    def save(self, op):
+        c = self.save_conn.get()
+        x = c.kv_save(self.ns, self.reg, op.keys, [b for ids in op.block_ids for b in ids],
+                      parent=op.parent)
+        st = c.kv_wait([x], self.timeout_ms)[0]
+        if st["err"] != Err.OK:
+            raise KVTierError(st["err"], "kv_save", st["msg"])
+
+
 class KVTierConnector(KVConnectorBase_V1):
     if CacheHitSource is not None:
         _cache_hit_source = CacheHitSource.HOST
@@ -302,13 +372,20 @@ class KVTierConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches):
         self.conn = _Conn(self.url, self.timeout_ms)
         self.save_conn = _Conn(self.url, self.timeout_ms)
-        self.store = PageStore(kv_caches, self.chunk_tokens // self.block_size, self.ns,
-                               self.conn, self.save_conn, self.verify)
+        self.store = None
+        first = next(iter(kv_caches.values()))
+        if first.device.type == "cuda" and gpu_mode(self._vllm_config) == "daemon":
+            # no fallback: the namespace says "daemon", PageStore chunks differ
+            self.store = DaemonStore(kv_caches, self.chunk_tokens, self.block_size,
+                                     self.ns, self.conn, self.save_conn,
+                                     int(_extra(self._vllm_config, "device",
+                                                first.device.index or 0)))
+        else:
+            self.store = PageStore(kv_caches, self.chunk_tokens // self.block_size,
+                                   self.ns, self.conn, self.save_conn, self.verify)
         self.mover = _plan.Mover(self.store, writer=self.writer,
                                  async_save=self.async_save)
-        log.info("kvtier: %d layers, %d-byte pages, %d-byte chunks on %s",
-                 self.store.num_layers, self.store.page, self.store.chunk_bytes,
-                 self.store.device)
+        log.info("kvtier: %s on %s", type(self.store).__name__, first.device)
 
     def handle_preemptions(self, kv_connector_metadata):
         if self.mover is not None and isinstance(kv_connector_metadata, KVTierMetadata):
