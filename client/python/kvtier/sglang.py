@@ -25,8 +25,10 @@ page is their page block). Supported host pools: MHATokenToKVPoolHost with
 equal K/V head dims ("layer_first", "page_first", "page_first_direct",
 "page_head", "page_unified") and MLATokenToKVPoolHost ("layer_first",
 "page_first", "page_first_direct", "page_unified"); anything else is
-refused at registration with an error that names it. Pages are addressed through tensor views of the pool's
-kv_buffer (no pointer arithmetic, no Python loop over tokens).
+refused at registration with an error that names it. Pages are addressed
+through tensor views of the pool's kv_buffer (no pointer arithmetic, no
+Python loop over tokens). SGLang's batch_*_v2 calls (hybrid models' extra
+pools: Mamba, SWA, DSA indexer) are not implemented.
 
 Keys: SGLang's page keys are the hex of its chained SHA-256 page hashes,
 which kvtier's "sglang" key scheme computes too (kvtier.hash_chain(tokens,
