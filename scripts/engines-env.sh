@@ -15,7 +15,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${KVT_ENGINES_VENV:-$HOME/.cache/kvtier/engines-venv}
-stamp=$venv/.kvtier-ready-3
+stamp=$venv/.kvtier-ready-4
 py=${KVT_ENGINES_PYTHON:-}
 if [ -z "$py" ]; then
   for c in python3.11 python3.12 python3; do

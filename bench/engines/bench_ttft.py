@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
@@ -42,8 +43,13 @@ def run(steps, kvtier=None, extra=None):
     a = {"model": MODEL, "steps": steps, "kvtier": kvtier, "max_tokens": 1,
          "max_model_len": 8192, "max_num_batched_tokens": 8192}
     a.update(extra or {})
-    r = subprocess.run([sys.executable, RUN, json.dumps(a)], capture_output=True,
-                       text=True, timeout=1800)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(a, f)
+    try:
+        r = subprocess.run([sys.executable, RUN, "@" + f.name], capture_output=True,
+                           text=True, timeout=1800)
+    finally:
+        os.unlink(f.name)
     if r.returncode != 0:
         return None, r.stderr[-1500:]
     return json.loads(r.stdout.strip().splitlines()[-1]), None

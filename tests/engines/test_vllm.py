@@ -24,7 +24,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-from kvtd import KVTIERCTL, Daemon, Results  # noqa: E402
+from kvtd import Daemon, Results  # noqa: E402
+
+import kvtier  # noqa: E402  (kvtd puts client/python on the path)
 
 MODEL = os.environ.get("KVT_ENGINE_MODEL") or os.path.expanduser("~/.cache/kvtier/models/tiny")
 CT = 256
@@ -45,14 +47,18 @@ QS = [toks(10 + i, 24) for i in range(3)]
 CHAT = [toks(20, 300), toks(21, 40), toks(22, 300), toks(23, 30)]
 
 
+LAST = {}
+
+
 def run(steps, kvtier=None, policy="recompute"):
     a = {"model": MODEL, "steps": steps, "kvtier": kvtier, "policy": policy,
-         "max_tokens": 8}
+         "max_tokens": 8, "hash_algo": "sha256_cbor"}
     r = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), json.dumps(a)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise AssertionError("vllm run failed (%d):\n%s" % (r.returncode, r.stderr[-4000:]))
-    return json.loads(r.stdout.strip().splitlines()[-1])["outputs"]
+    LAST.update(json.loads(r.stdout.strip().splitlines()[-1]))
+    return LAST["outputs"]
 
 
 def cfg(d, tag):
@@ -91,6 +97,13 @@ def test_cold_then_warm(d):
     assert s["hit_tokens"] >= 2 * 5 * CT, s
     ds = dstats(d)
     assert ds["chunks"] > 0
+    # the keys are vLLM's block hashes: kvtier's vllm scheme (sha256_cbor,
+    # PYTHONHASHSEED=0) over blocks finds every chunk of P the engine saved
+    bs = LAST["block_size"]
+    hashes = kvtier.hash_chain(P, bs, scheme="vllm", seed="0")
+    keys = hashes[CT // bs - 1::CT // bs]
+    with kvtier.Client(d.url) as kc:
+        assert kc.lookup(s["namespace"], keys)[0] == 4, "engine keys differ from kvtier's"
     w = stats_of(base, "worker")
     assert w["load_failed_blocks"] == 0 and w["save_errors"] == 0, w
     # a new engine: the 4-chunk prompt loads its first three chunks

@@ -6,7 +6,7 @@ argument so the test controls exactly what the engine sees. Prints one
 JSON line: {"outputs": [[token ids] per request], "ttft_s": [...]} and
 leaves the connector's counters in stats_file.*.json when kvtier is on.
 
-    python vllm_run.py '{"model": DIR, "max_tokens": 8, "policy": "recompute",
+    python vllm_run.py @FILE | '{"model": DIR, "max_tokens": 8, "policy": "recompute",
                          "kvtier": {extra config} | null,
                          "steps": [{"prompt": [ids]} | {"chat": [[ids]...]}
                                    | {"sh": "command"}]}'
@@ -26,7 +26,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main():
-    a = json.loads(sys.argv[1])
+    arg = sys.argv[1]
+    if arg.startswith("@"):                 # long prompts: the JSON in a file
+        with open(arg[1:]) as f:
+            arg = f.read()
+    a = json.loads(arg)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     kw = dict(model=a["model"], enforce_eager=True, enable_prefix_caching=False,
@@ -36,6 +40,8 @@ def main():
               gpu_memory_utilization=0.5)
     if a.get("block_size"):
         kw["block_size"] = a["block_size"]
+    if a.get("hash_algo"):                  # sha256_cbor: kvtier's vllm scheme
+        kw["prefix_caching_hash_algo"] = a["hash_algo"]
     if a.get("kv_offloading_size"):          # vLLM's own CPU offloading
         kw["kv_offloading_size"] = a["kv_offloading_size"]
     if a.get("kvtier") is not None:
@@ -69,7 +75,8 @@ def main():
     if a.get("kvtier") is not None:     # saves still running end here
         from vllm.distributed.kv_transfer import get_kv_transfer_group
         get_kv_transfer_group().shutdown()
-    print(json.dumps({"outputs": outs, "ttft_s": ttft}))
+    bs = llm.llm_engine.vllm_config.cache_config.block_size
+    print(json.dumps({"outputs": outs, "ttft_s": ttft, "block_size": bs}))
     sys.stdout.flush()
     os._exit(0)   # skip engine teardown: the test only needs the tokens
 
