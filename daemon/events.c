@@ -576,8 +576,12 @@ static void *open_sock(struct ev *e, int type, const char *key, const char *url,
         if (s) zmq_close(s);
         return NULL;
     }
+    char last[CFG_STR_MAX + 64] = "";
+    size_t n = sizeof last - 1;
+    if (!bind || zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &n) != 0) n = 0;
+    last[n] = '\0';
     log_info("events", "publishing KV events: %s %s (%s)", bind ? "bound" : "connected to",
-             url, type == ZMQ_PUB ? "PUB" : "replay ROUTER");
+             last[0] ? last : url, type == ZMQ_PUB ? "PUB" : "replay ROUTER");
     return s;
 }
 
