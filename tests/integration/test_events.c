@@ -8,6 +8,7 @@
  *
  * Waits are bounded by deadlines only; nothing asserts on time.
  */
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -245,6 +247,49 @@ static void test_nvme(void **state)
     evd_stop(&x);
 }
 
+/* Flip one byte every 64 KiB of the first NVMe data file. */
+static void flip_bytes(const struct tdaemon *d)
+{
+    char path[400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/nvme/kvtier-00000.nvd", d->dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &st), 0);
+    for (off_t at = 8192 + 100; at < st.st_size; at += 65536) {
+        uint8_t b;
+        assert_int_equal(pread(fd, &b, 1, at), 1);
+        b ^= 0x5a;
+        assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    }
+    close(fd);
+}
+
+/* A record that comes back damaged, read by a GET or by VERIFY, is
+ * dropped: BlockRemoved STORAGE, one per dropped record. */
+static void test_nvme_damaged(void **state)
+{
+    (void)state;
+    struct evd x = {0};
+    evd_start(&x, 16, NULL);
+    assert_int_equal(nvt_put_chain(x.c, 1, 12, CH), KVT_OK);
+    assert_int_equal(nvt_flush(x.c, 1, NULL), KVT_OK);
+    assert_int_equal(wait_count(&x, EVS_REMOVED, "CPU", 12), 12);
+    flip_bytes(&x.D);
+    evs_reset(&x.s);
+    int served = 0;
+    for (int i = 1; i <= 6; i++) served += nvt_check(x.c, i, CH);
+    uint64_t bad = nvt_stat(x.c, "checksum_failures");
+    assert_int_equal(bad + (uint64_t)served, 6);
+    Kvtier__VerifyResp vr;
+    assert_int_equal(nvt_verify(x.c, 0, &vr), KVT_OK);
+    assert_true(bad + vr.bad >= 1);
+    assert_int_equal(wait_count(&x, EVS_REMOVED, "STORAGE", bad + vr.bad), bad + vr.bad);
+    assert_int_equal(wait_count(&x, EVS_STORED, "CPU", (size_t)served), served);
+    assert_int_equal(nvt_stat(x.c, "nvme.chunks"), 12 - bad - vr.bad);
+    evd_stop(&x);
+}
+
 /* ------------------------------------------------------------- replay */
 
 /* The replay socket answers with the kept batches (the newest
@@ -452,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_delete_pinned),
         cmocka_unit_test(test_clear),
         cmocka_unit_test(test_nvme),
+        cmocka_unit_test(test_nvme_damaged),
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_restart_inventory),
         cmocka_unit_test(test_connect_mode),
