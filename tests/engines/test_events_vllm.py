@@ -5,8 +5,10 @@ Run with the engines venv's python (scripts/engines-env.sh prints it):
 
 A real kvtierd (DRAM and NVMe tiers, events and replay on) is driven with
 kvtierctl: puts of a chain, a delete, a flush to NVMe, a flush that drops
-the DRAM copies, a namespace clear. A pyzmq SUB socket reads every message
-([topic, 8-byte big-endian seq, payload]) and each payload is decoded by
+the DRAM copies, a 20-chunk chain, namespace clears (one that leaves
+another namespace, one that empties the cache). A pyzmq SUB socket reads
+every message ([topic, 8-byte big-endian seq, payload]) and each payload is
+decoded by
 msgspec.msgpack.Decoder(vllm.distributed.kv_events.KVEventBatch), the class
 vLLM's consumers decode with, then checked: BlockStored / BlockRemoved /
 AllBlocksCleared with the right medium ("CPU" for DRAM, "STORAGE" for
@@ -212,11 +214,28 @@ def scenario(d, st):
     for i in (1, 2):
         st.wait_for(lambda ev, i=i: has_hash(ev, BlockRemoved, "CPU", key(i)),
                     "removed CPU %d" % i)
-    # clear of the only namespace with chunks: AllBlocksCleared.
+    # A longer chain: written and dropped by one flush, so events of many
+    # hashes (msgpack arrays of 16 and more) when the records complete together.
+    prev = None
+    for i in range(100, 120):
+        d.put("py", key(i), parent=prev)
+        prev = key(i)
+    d.ctl("flush", "--evict")
+    st.wait_for(lambda ev: has_hash(ev, BlockRemoved, "CPU", key(119)), "removed CPU 119")
+    par = stored_parents(st, "STORAGE")
+    check(all(par.get(key(i)) == key(i - 1) for i in range(101, 120)), "long chain on STORAGE")
+    # clear of a namespace while another holds chunks: BlockRemoved of its
+    # keys (all on NVMe only by now: one event of 22 hashes, a msgpack
+    # array16); clear of the last one: AllBlocksCleared, no per-key removal.
+    d.put("keep", key(500))
     d.ctl("clear", "--ns", "py")
+    gone = [key(i) for i in [1, 2] + list(range(100, 120))]
+    for k in gone:
+        st.wait_for(lambda ev, k=k: has_hash(ev, BlockRemoved, "STORAGE", k), "removed " + k)
+    d.ctl("clear", "--ns", "keep")
     st.wait_for(lambda ev: isinstance(ev, AllBlocksCleared), "AllBlocksCleared")
-    check(not any(isinstance(ev, BlockRemoved) and ev.medium == "STORAGE"
-                  for _, ev in st.events), "per-key removals with AllBlocksCleared")
+    check(not any(has_hash(ev, BlockRemoved, "CPU", key(500)) for _, ev in st.events),
+          "a per-key removal with AllBlocksCleared")
 
 
 def replay(d, ctx, st):
@@ -272,9 +291,11 @@ def main():
     finally:
         d.stop()
         ctx.term()
-    print("test_events_vllm: PASS: %d live batches (%d events) and %d replayed, "
-          "all decoded by vLLM's KVEventBatch"
-          % (len(st.batches), sum(len(b.events) for _, _, b in st.batches), n_replay))
+    widest = max((len(getattr(ev, "block_hashes", [])) for _, _, b in st.batches
+                  for ev in b.events), default=0)
+    print("test_events_vllm: PASS: %d live batches (%d events, up to %d hashes in one) "
+          "and %d replayed, all decoded by vLLM's KVEventBatch"
+          % (len(st.batches), sum(len(b.events) for _, _, b in st.batches), widest, n_replay))
     return 0
 
 

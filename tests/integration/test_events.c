@@ -128,6 +128,11 @@ static void test_dram_put_delete(void **state)
     assert_true(evs_find(&x.s, EVS_REMOVED, "CPU", &k2) >= 0);
     assert_int_equal(evs_count(&x.s, EVS_REMOVED, NULL), 1);
     assert_int_equal(evs_count(&x.s, EVS_STORED, "CPU"), 5);
+    /* One commit of 20: one event of 20 hashes (a msgpack array16). */
+    evs_reset(&x.s);
+    assert_int_equal(nvt_put_chain(x.c, 100, 20, SMALL), KVT_OK);
+    assert_int_equal(evs_wait(&x.s, 20, WAIT_MS), 20);
+    for (uint64_t i = 101; i < 120; i++) assert_parent(stored(&x.s, "CPU", i), i - 1);
     evd_stop(&x);
 }
 
