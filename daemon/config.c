@@ -140,6 +140,28 @@ static const struct cfg_key keys[] = {
      "the worker is polled while peer fetches or pins are outstanding, and a "
      "dead peer's fetches end at the GET deadline or when the member is marked "
      "dead. UCX picks the transport (UCX_TLS)"},
+    {"events", "endpoint", CFG_STR, F(events_endpoint), "", 0, 0, "url", 0,
+     "ZMQ endpoint of the KV-events PUB socket (vLLM's KV-events format, for "
+     "routers such as llm-d or Dynamo); tcp://*:PORT or ipc://PATH binds, "
+     "tcp://HOST:PORT connects (to a subscriber that binds), as vLLM does; "
+     "empty: no events and no ZMQ socket"},
+    {"events", "replay_endpoint", CFG_STR, F(events_replay_endpoint), "", 0, 0,
+     "url", 0, "ZMQ ROUTER endpoint (bound) where a subscriber asks for the "
+     "kept batches from a sequence number on, as from vLLM's "
+     "ZmqEventPublisher; empty: no replay"},
+    {"events", "topic", CFG_STR, F(events_topic), "", 0, 0, "text", 0,
+     "topic frame of every message; empty (vLLM's default) matches every "
+     "subscription"},
+    {"events", "block_size", CFG_U64, F(events_block_size), "16", 1, 1048576,
+     "tokens", 0, "block_size of BlockStored events: set it to the connector's "
+     "chunk tokens, the tokens behind one key"},
+    {"events", "buffer_steps", CFG_U64, F(events_buffer_steps), "10000", 1,
+     1000000, "count", 0, "batches kept for replay (the newest)"},
+    {"events", "hwm", CFG_U64, F(events_hwm), "100000", 0, 10000000, "count", 0,
+     "ZMQ send high-water mark of the PUB socket: messages queued per "
+     "subscriber before that subscriber misses messages (0: no limit)"},
+    {"events", "dp_rank", CFG_U64, F(events_dp_rank), "0", 0, 65535, "rank", 0,
+     "data_parallel_rank written into every batch"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -360,6 +382,29 @@ int config_load_file(struct kvt_config *c, const char *path, char *err,
     return 0;
 }
 
+/* A ZMQ endpoint kvtierd can use: tcp:// or ipc:// (inproc:// would only
+ * reach the daemon itself). */
+static int zmq_url_ok(const char *u)
+{
+    return (!strncmp(u, "tcp://", 6) && u[6]) || (!strncmp(u, "ipc://", 6) && u[6]);
+}
+
+static int check_events(const struct kvt_config *c, char *err, size_t errlen)
+{
+    const char *ep = c->events_endpoint, *rp = c->events_replay_endpoint;
+    if (ep[0] && !zmq_url_ok(ep)) {
+        snprintf(err, errlen, "events.endpoint '%s': want tcp://HOST:PORT, "
+                 "tcp://*:PORT or ipc://PATH", ep);
+        return -1;
+    }
+    if (rp[0] && (!ep[0] || !zmq_url_ok(rp) || !strcmp(rp, ep))) {
+        snprintf(err, errlen, "events.replay_endpoint '%s': want tcp://*:PORT or "
+                 "ipc://PATH, other than events.endpoint, which must be set", rp);
+        return -1;
+    }
+    return 0;
+}
+
 int config_finish(struct kvt_config *c, char *err, size_t errlen)
 {
     if (c->low_watermark >= c->high_watermark) {
@@ -394,6 +439,7 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
                  (unsigned long long)c->cluster_heartbeat_ms);
         return -1;
     }
+    if (check_events(c, err, errlen) != 0) return -1;
     if (c->nvme_dirs[0] == '\0')
         snprintf(c->nvme_dirs, sizeof c->nvme_dirs, "%.*s/nvme", CFG_STR_MAX - 8,
                  c->state_dir);

@@ -65,6 +65,14 @@ struct kvt_config {
     uint64_t cluster_replicas;    /* owners of each global index entry */
     uint64_t cluster_lookup_ms;   /* LOOKUP waits this long for owners */
     uint64_t cluster_ucx_wakeup;  /* 1: UCX event fd; 0: poll (shared memory) */
+    /* [events] (events.c); off while endpoint is empty */
+    char events_endpoint[CFG_STR_MAX];        /* ZMQ PUB url */
+    char events_replay_endpoint[CFG_STR_MAX]; /* ZMQ ROUTER url; "" = none */
+    char events_topic[CFG_STR_MAX];           /* topic frame */
+    uint64_t events_block_size;   /* tokens per key, for BlockStored */
+    uint64_t events_buffer_steps; /* batches kept for replay */
+    uint64_t events_hwm;          /* PUB send high-water mark */
+    uint64_t events_dp_rank;      /* data_parallel_rank of every batch */
 };
 
 /* Fill c with the embedded defaults. */

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "cluster.h"
+#include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
@@ -524,12 +525,14 @@ static void do_clear(struct req *r, const Kvtier__Clear *q)
     if (check_ns(r, q->ns)) return;
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint64_t n = 0;
+    ev_clear_begin(d, ns); /* AllBlocksCleared if nothing else is cached */
     for (uint32_t s = 0; ns != NS_NONE && s < d->idx.used; s++) {
         const struct idx_entry *e = idx_at(&d->idx, s);
         if (e->ns != ns || e->state != IDX_READY) continue;
         store_delete(d, s);
         n++;
     }
+    ev_clear_end(d);
     set_count(r, n);
 }
 

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
@@ -298,7 +299,7 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (open_tiers(d) != 0) return -1;
+    if (open_tiers(d) != 0 || ev_open(d) != 0) return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
         cluster_open(d) != 0)
@@ -509,6 +510,7 @@ static int run_loop(struct kvtierd *d)
         }
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
         if (d->evict_target) store_watermark(d);
+        ev_flush(d); /* this iteration's KV events: one message */
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
     }
     loop_close(&lp);
@@ -537,6 +539,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     if (d->dram) lease_drop_all(d);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */
+    ev_close(d);
     idx_destroy(&d->idx);
     ns_free(&d->ns);
     dram_close(d->dram, !d->cfg.dram_adopt);

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "events.h"
 #include "hbm.h"
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
@@ -429,6 +430,24 @@ static void render_latency(struct sbuf *b, struct kvtierd *d)
     render_hist(b, "other", &d->met.req[MET_KINDS - 1]);
 }
 
+/* KV events (events.c); zeros while events are off. */
+static void render_events(struct sbuf *b, struct kvtierd *d)
+{
+    struct ev_stats s;
+    ev_get_stats(d, &s);
+    family(b, "kvtier_events_total", "counter",
+           "KV events (BlockStored, BlockRemoved, AllBlocksCleared records) by "
+           "outcome: published on the PUB socket, or dropped (publisher queue "
+           "full or send failed; a subscriber's own high-water-mark drops are "
+           "not seen by the sender).");
+    sample(b, "kvtier_events_total", "outcome=\"published\"", s.published);
+    sample(b, "kvtier_events_total", "outcome=\"dropped\"", s.dropped);
+    one(b, "kvtier_event_batches_total", "counter",
+        "KV-event messages (one batch, one sequence number) published.", "", s.batches);
+    one(b, "kvtier_event_replays_total", "counter",
+        "Replay requests answered on events.replay_endpoint.", "", s.replays);
+}
+
 char *metrics_render(struct kvtierd *d, size_t *len)
 {
     struct sbuf b = {0};
@@ -439,6 +458,7 @@ char *metrics_render(struct kvtierd *d, size_t *len)
     render_leases(&b, d);
     render_errors(&b, d);
     render_latency(&b, d);
+    render_events(&b, d);
     *len = b.n;
     return b.p;
 }

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "events.h"
 #include "fault.h"
 #include "log.h"
 #include "nvstore_int.h"
@@ -171,6 +172,7 @@ void nvs_fill_rec(const struct kvtierd *d, uint32_t slot, struct nvx_rec *r)
 void nvs_drop_record(struct kvtierd *d, uint32_t slot)
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
+    ev_removed(d, slot, IDX_NVME);
     nvx_del(nvs_of(d)->index, d->ns.v[e->ns].name, &e->key);
     free_record(d, slot);
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_NVME));
@@ -250,6 +252,7 @@ static void write_ok(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct nvx_rec r;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier | IDX_NVME));
+    ev_stored(d, slot, IDX_NVME);
     nvs_fill_rec(d, slot, &r);
     if (!fault_hit(FAULT_INDEX_PUT))
         nvx_put(s->index, &r, s->tier->files[idx_nv_at(&d->idx, slot)->file].fd);
@@ -421,6 +424,7 @@ static void promote_end(struct kvtierd *d, uint32_t slot, int ok)
     if (ok && e->state == IDX_READY) {
         idx_set_tier(&d->idx, slot, (uint8_t)(e->tier | IDX_DRAM));
         adopt_added(d, slot);
+        ev_stored(d, slot, IDX_DRAM);
         s->st.promotions++;
         s->st.promoted_bytes += e->size;
     } else {
@@ -444,6 +448,7 @@ static void verified(struct kvtierd *d, struct nvs_job *j)
                  "%s: not served, record dropped", e->key.b[0], e->key.b[1],
                  e->key.b[2], e->key.b[3], d->ns.v[e->ns].name);
         if (e->state == IDX_READY) {
+            ev_removed(d, slot, IDX_NVME);
             nvx_del(nvs_of(d)->index, d->ns.v[e->ns].name, &e->key);
             free_record(d, slot);
             idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_NVME));

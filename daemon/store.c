@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "events.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "nvstore.h"
@@ -107,6 +108,7 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     d->st.puts++;
     d->st.bytes_in += e->size;
     adopt_added(d, slot);
+    ev_stored(d, slot, IDX_DRAM);
     if (d->nvs) nvs_committed(d, slot);
     cluster_held(d, slot, 1);
 }
@@ -116,6 +118,7 @@ void store_free(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     if (e->state == IDX_READY) {
         struct ns_info *ni = &d->ns.v[e->ns];
+        ev_removed(d, slot, e->tier);
         ni->chunks--;
         ni->bytes -= e->size;
         if (e->tier & IDX_DRAM) adopt_removed(d, slot);
@@ -135,6 +138,7 @@ void store_drop_dram(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
     adopt_removed(d, slot);
+    ev_removed(d, slot, IDX_DRAM); /* no-op unless READY */
     dram_tier(d)->ops->free(dram_tier(d), &loc);
     e->blk = IDX_NONE;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
@@ -149,6 +153,7 @@ void store_delete(struct kvtierd *d, uint32_t slot)
         return;
     }
     struct ns_info *ni = &d->ns.v[e->ns];
+    ev_removed(d, slot, e->tier);
     ni->chunks--;
     ni->bytes -= e->size;
     if (e->tier & IDX_DRAM) adopt_removed(d, slot);
