@@ -102,6 +102,7 @@ def test_cold_then_warm(d):
     bs = LAST["block_size"]
     hashes = kvtier.hash_chain(P, bs, scheme="vllm", seed="0")
     keys = hashes[CT // bs - 1::CT // bs]
+    REF["ns"] = s["namespace"]
     with kvtier.Client(d.url) as kc:
         assert kc.lookup(s["namespace"], keys)[0] == 4, "engine keys differ from kvtier's"
     w = stats_of(base, "worker")
@@ -165,12 +166,28 @@ def corrupt_pool(d):
 def test_corrupt_chunks_recomputed(d):
     corrupt_pool(d)
     warm_P(d, "corrupt", expect_failed=True)
+    # the corrupt chunks were dropped when found: the next engine misses,
+    # recomputes and saves them again, and the one after hits
+    c, base = cfg(d, "after-corrupt")
+    assert run([{"prompt": P}, {"prompt": P}], c) == REF["main"][:1] * 2
+    s, w = stats_of(base, "scheduler"), stats_of(base, "worker")
+    assert s["hit_tokens"] == 3 * CT and w["load_failed_blocks"] == 0, (s, w)
+
+
+def test_corrupt_chunks_fail_policy(d):
+    """kv_load_failure_policy "fail": the request ends in error, no wrong token."""
+    corrupt_pool(d)
+    c, base = cfg(d, "fail")
+    out = run([{"prompt": P}], c, policy="fail")
+    assert LAST["finish"] == ["error"] and out != REF["main"][:1], (LAST["finish"], out)
+    assert stats_of(base, "worker")["load_failed_blocks"] > 0
 
 
 def test_daemon_killed_mid_run(d):
-    # clean state: the corrupted chunks go, then one engine lives through
-    # the daemon's death and return
-    d.ctl("evict", "--bytes", str(1 << 40))
+    # clean state: nothing of P cached, then one engine lives through the
+    # daemon's death
+    with kvtier.Client(d.url) as kc:
+        kc.clear(REF["ns"])
     kill = "kill -9 %d" % d.proc.pid
     c, base = cfg(d, "killed")
     steps = [{"prompt": P}, {"prompt": P}, {"sh": kill}, {"prompt": P},
@@ -178,10 +195,9 @@ def test_daemon_killed_mid_run(d):
     out = run(steps, c)
     assert out == REF["main"][:1] * 4, "tokens changed when the daemon died"
     s, w = stats_of(base, "scheduler"), stats_of(base, "worker")
-    # the first two requests load 3 chunks each (promoted back from NVMe,
-    # where the DRAM eviction left them); after the kill: misses, and the
-    # engine goes on computing
-    assert s["hit_tokens"] == 6 * CT and w["load_failed_blocks"] == 0, (s, w)
+    # the first request saves, the second loads 3 chunks; after the kill:
+    # misses, and the engine goes on computing
+    assert s["hit_tokens"] == 3 * CT and w["load_failed_blocks"] == 0, (s, w)
     d.proc.wait()
     d.start()
     warm_P(d, "back")
@@ -194,7 +210,8 @@ def main():
     with Daemon(pool="512M", args=["--nvme.nvme_bytes", "512M", "--nvme.file_bytes", "128M",
                                    "--nvme.fsync", "0"]) as d:
         for t in (test_cold_then_warm, test_after_restart, test_from_nvme,
-                  test_corrupt_chunks_recomputed, test_daemon_killed_mid_run):
+                  test_corrupt_chunks_recomputed, test_corrupt_chunks_fail_policy,
+                  test_daemon_killed_mid_run):
             R.run(t, d)
             if d.proc.poll() is not None and t is not test_daemon_killed_mid_run:
                 raise SystemExit("kvtierd died:\n" + d.logtext()[-3000:])

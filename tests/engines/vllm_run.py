@@ -52,7 +52,7 @@ def main():
             kv_connector_extra_config=a["kvtier"])
     llm = LLM(**kw)
     sp = SamplingParams(temperature=0.0, max_tokens=a.get("max_tokens", 8), ignore_eos=True)
-    outs, ttft = [], []
+    outs, ttft, finish = [], [], []
 
     def gen(ids):
         t0 = time.perf_counter()
@@ -60,6 +60,7 @@ def main():
         ttft.append(time.perf_counter() - t0)
         out = list(res[0].outputs[0].token_ids)
         outs.append(out)
+        finish.append(res[0].outputs[0].finish_reason)
         return out
 
     for st in a["steps"]:
@@ -76,7 +77,8 @@ def main():
         from vllm.distributed.kv_transfer import get_kv_transfer_group
         get_kv_transfer_group().shutdown()
     bs = llm.llm_engine.vllm_config.cache_config.block_size
-    print(json.dumps({"outputs": outs, "ttft_s": ttft, "block_size": bs}))
+    print(json.dumps({"outputs": outs, "ttft_s": ttft, "block_size": bs,
+                      "finish": finish}))
     sys.stdout.flush()
     os._exit(0)   # skip engine teardown: the test only needs the tokens
 

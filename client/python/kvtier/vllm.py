@@ -193,6 +193,7 @@ class PageStore:
         except KVTierError as e:
             self.conn.failed(e)
             return {b for bids, s in zip(op.block_ids, op.skip) for b in bids[s:]}
+        bad = []
         with lease:
             for i, bids in enumerate(op.block_ids):
                 want = bids[op.skip[i]:]
@@ -202,6 +203,7 @@ class PageStore:
                     if i < len(lease):
                         log.warning("kvtier: chunk %s of %s unusable (size or checksum)",
                                     op.keys[i].hex()[:16], op.req_id)
+                        bad.append(op.keys[i])
                     failed.update(want)
                     continue
                 src = self._pool_tensor(lease.addresses[i], self.chunk_bytes)
@@ -209,6 +211,11 @@ class PageStore:
                 idx = torch.tensor(want, dtype=torch.long, device=self.device)
                 for layer in range(self.num_layers):
                     self._scatter(layer, idx, src[layer])
+        if bad:        # never served again: the next request recomputes and saves
+            try:
+                c.delete(self.ns, bad)
+            except KVTierError as e:
+                self.conn.failed(e)
         return failed
 
     def save(self, op):
