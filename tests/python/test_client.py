@@ -57,6 +57,25 @@ def test_library_found_in_build_tree():
         assert out.stdout.strip() == kvtier.KVTierError(Err.ENOENT, "x").msg
 
 
+def test_library_found_in_an_install():
+    """make install PREFIX=P puts libkvtier.so.0 in P/lib; the package
+    copied to P/lib/pythonX.Y/site-packages finds it with nothing set."""
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(["make", "-s", "-C", ROOT, "install", "PREFIX=" + d,
+                        "BUILD=" + os.path.relpath(BUILD, ROOT)], check=True,
+                       stdout=subprocess.DEVNULL)
+        site = os.path.join(d, "lib", "python3", "site-packages")
+        shutil.copytree(os.path.join(ROOT, "client", "python", "kvtier"),
+                        os.path.join(site, "kvtier"))
+        env = {k: v for k, v in os.environ.items() if k not in ("KVTIER_LIB", "KVTIER_BUILD")}
+        env["PYTHONPATH"] = site
+        out = subprocess.run([sys.executable, "-c",
+                              "import kvtier._lib as L, os; print(os.path.realpath(L.lib()._name))"],
+                             env=env, capture_output=True, text=True, check=True, cwd=d)
+        assert out.stdout.strip() == os.path.realpath(os.path.join(d, "lib", "libkvtier.so.0")), out
+
+
 def test_key_vectors():
     with open(os.path.join(ROOT, "tests", "vectors", "keys.json")) as f:
         vecs = json.load(f)["vectors"]
@@ -217,6 +236,7 @@ def test_kv_cache_calls(d):
 
 def main():
     R.run(test_library_found_in_build_tree)
+    R.run(test_library_found_in_an_install)
     R.run(test_key_vectors)
     with Daemon() as d:
         for t in (test_put_lookup_get, test_two_phase_put, test_delete_clear_evict_stats,
