@@ -13,10 +13,12 @@ needed; kvtier.vllm and kvtier.sglang add torch where the engines have it.
 """
 import ctypes
 import enum
+import threading
+import time
 
 from . import _lib as L
 
-__all__ = ["Client", "KVTierError", "Err", "Tier", "Scheme", "GetLease",
+__all__ = ["Client", "Connections", "KVTierError", "Err", "Tier", "Scheme", "GetLease",
            "PutLease", "hash_chain", "checksum", "key_hex", "key_bytes"]
 
 
@@ -463,3 +465,64 @@ class Client:
         out = {f: getattr(st, f) for f, _ in L.kvt_kv_stats._fields_}
         out["gpu"] = st.gpu.decode(errors="replace")
         return out
+
+
+class Connections:
+    """One Client per calling thread, re-opened after the daemon went away.
+
+    Engines call kvtier from several threads (a scheduler's lookup thread, a
+    worker's loads and its save thread; SGLang's exists/get/set threads): one
+    connection each keeps them parallel, since libkvtier serialises calls on
+    one connection. After a transport error (failed(e)) the thread's client
+    is dropped and re-opened at most every reconnect_s, so a restarted
+    kvtierd is used again without restarting the engine."""
+
+    def __init__(self, url, timeout_ms, reconnect_s):
+        self.url, self.timeout_ms, self.reconnect_s = url, timeout_ms, reconnect_s
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.all = []
+        self.closed = False
+
+    def get(self):
+        c = getattr(self.local, "c", None)
+        if c is not None:
+            return c
+        now = time.monotonic()
+        if now < getattr(self.local, "next_try", 0.0):
+            raise KVTierError(Err.ECLOSED, "kvtierd unreachable")
+        self.local.next_try = now + self.reconnect_s
+        if self.closed:
+            raise KVTierError(Err.ECLOSED, "kvtier store closed")
+        c = Client(self.url, self.timeout_ms)
+        self.local.c = c
+        with self.lock:
+            self.all.append(c)
+        return c
+
+    def failed(self, e):
+        """Drop this thread's client after a transport error (the stream may
+        be out of step); other errors leave it be."""
+        if not isinstance(e, KVTierError) or e.err not in (
+                Err.ECLOSED, Err.ETIMEDOUT, Err.EPROTO, Err.EIO):
+            return
+        c = getattr(self.local, "c", None)
+        self.local.c = None
+        if c is not None:
+            with self.lock:
+                if c in self.all:
+                    self.all.remove(c)
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    def close(self):
+        with self.lock:
+            cs, self.all = self.all, []
+            self.closed = True
+        for c in cs:
+            try:
+                c.close()
+            except Exception:
+                pass

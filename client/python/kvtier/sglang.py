@@ -59,14 +59,13 @@ import ctypes
 import hashlib
 import logging
 import os
-import threading
 import time
 
 import torch
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
-from .client import Client, Err, KVTierError
+from .client import Client, Connections, Err, KVTierError
 
 log = logging.getLogger("kvtier.sglang")
 
@@ -98,63 +97,6 @@ def _flag(v):
 
 def _pool_tensor(addr, n):
     return torch.frombuffer((ctypes.c_char * n).from_address(addr), dtype=torch.uint8)
-
-
-class _Conns:
-    """One kvtier Client per calling thread (SGLang calls exists, get and
-    set from three threads; one connection each keeps them parallel). After
-    a transport error the thread's client is dropped and re-opened at most
-    every reconnect_s."""
-
-    def __init__(self, url, timeout_ms, reconnect_s):
-        self.url, self.timeout_ms, self.reconnect_s = url, timeout_ms, reconnect_s
-        self.local = threading.local()
-        self.lock = threading.Lock()
-        self.all = []
-        self.closed = False
-
-    def get(self):
-        c = getattr(self.local, "c", None)
-        if c is not None:
-            return c
-        now = time.monotonic()
-        if now < getattr(self.local, "next_try", 0.0):
-            raise KVTierError(Err.ECLOSED, "kvtierd unreachable")
-        self.local.next_try = now + self.reconnect_s
-        if self.closed:
-            raise KVTierError(Err.ECLOSED, "kvtier store closed")
-        c = Client(self.url, self.timeout_ms)
-        self.local.c = c
-        with self.lock:
-            self.all.append(c)
-        return c
-
-    def failed(self, e):
-        """Drop this thread's client after a transport error (the stream may
-        be out of step); other errors leave it be."""
-        if not isinstance(e, KVTierError) or e.err not in (
-                Err.ECLOSED, Err.ETIMEDOUT, Err.EPROTO, Err.EIO):
-            return
-        c = getattr(self.local, "c", None)
-        self.local.c = None
-        if c is not None:
-            with self.lock:
-                if c in self.all:
-                    self.all.remove(c)
-            try:
-                c.close()
-            except Exception:
-                pass
-
-    def close(self):
-        with self.lock:
-            cs, self.all = self.all, []
-            self.closed = True
-        for c in cs:
-            try:
-                c.close()
-            except Exception:
-                pass
 
 
 class PageMap:
@@ -301,7 +243,7 @@ class KVTierStore(HiCacheStorage):
             log.warning("kvtier: should_split_heads (heterogeneous TP) is not supported; "
                         "pages are stored per rank")
         self.metrics = bool(getattr(cfg, "enable_storage_metrics", False))
-        self.conns = _Conns(self.url, self.timeout_ms, self.reconnect_s)
+        self.conns = Connections(self.url, self.timeout_ms, self.reconnect_s)
         self.mem_pool_host = None
         self.pages = None
         self.ns = None

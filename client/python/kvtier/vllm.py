@@ -37,8 +37,6 @@ import hashlib
 import json
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +45,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 
 from . import _plan
-from .client import Client, Err, KVTierError
+from .client import Connections, Err, KVTierError
 
 try:
     from vllm.v1.metrics.cache_hit_source import CacheHitSource
@@ -60,42 +58,6 @@ log = logging.getLogger("kvtier.vllm")
 @dataclass
 class KVTierMetadata(KVConnectorMetadata):
     step: _plan.StepMeta
-
-
-class _Conn:
-    """A Client that reconnects after the daemon went away (at most every
-    reconnect_s): a restarted kvtierd is used again without restarting vLLM."""
-
-    def __init__(self, url, timeout_ms, reconnect_s=0.5):
-        self.url, self.timeout_ms, self.reconnect_s = url, timeout_ms, reconnect_s
-        self.c, self.next_try = None, 0.0
-        self.lock = threading.Lock()
-
-    def get(self):
-        with self.lock:
-            if self.c is None:
-                now = time.monotonic()
-                if now < self.next_try:
-                    raise KVTierError(Err.ECLOSED, "kvtierd unreachable")
-                self.next_try = now + self.reconnect_s
-                self.c = Client(self.url, self.timeout_ms)
-            return self.c
-
-    def failed(self, e):
-        if isinstance(e, KVTierError) and e.err in (Err.ECLOSED, Err.ETIMEDOUT, Err.EPROTO):
-            with self.lock:
-                c, self.c = self.c, None
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:
-                    pass
-
-    def close(self):
-        with self.lock:
-            c, self.c = self.c, None
-        if c is not None:
-            c.close()
 
 
 def _extra(cfg, key, default):
@@ -141,8 +103,8 @@ class PageStore:
     half-page] for K/V-first layouts, whose page is the K half then the V
     half). A chunk is [layer][block in chunk][page]."""
 
-    def __init__(self, kv_caches, chunk_blocks, ns, conn, save_conn, verify):
-        self.ns, self.conn, self.save_conn, self.verify = ns, conn, save_conn, verify
+    def __init__(self, kv_caches, chunk_blocks, ns, conns, verify):
+        self.ns, self.conns, self.verify = ns, conns, verify
         self.chunk_blocks = chunk_blocks
         self.views, self.device = [], None
         for name, t in kv_caches.items():
@@ -188,10 +150,10 @@ class PageStore:
         """Scatter op's chunks into their blocks; the failed blocks' ids."""
         failed = set()
         try:
-            c = self.conn.get()
+            c = self.conns.get()
             lease = c.get(self.ns, op.keys)
         except KVTierError as e:
-            self.conn.failed(e)
+            self.conns.failed(e)
             return {b for bids, s in zip(op.block_ids, op.skip) for b in bids[s:]}
         bad = []
         with lease:
@@ -215,16 +177,16 @@ class PageStore:
             try:
                 c.delete(self.ns, bad)
             except KVTierError as e:
-                self.conn.failed(e)
+                self.conns.failed(e)
         return failed
 
     def save(self, op):
         try:
-            c = self.save_conn.get()
+            c = self.conns.get()
             p = c.put_begin(self.ns, op.keys, [self.chunk_bytes] * len(op.keys),
                             parent=op.parent)
         except KVTierError as e:
-            self.save_conn.failed(e)
+            self.conns.failed(e)
             raise
         try:
             for i, bids in enumerate(op.block_ids):
@@ -252,8 +214,10 @@ class DaemonStore:
 
     KINDS = {"flash_nhd": 1, "flashinfer_nhd": 3, "mla": 8}
 
-    def __init__(self, kv_caches, chunk_tokens, block_size, ns, conn, save_conn, device):
-        self.ns, self.conn, self.save_conn = ns, conn, save_conn
+    def __init__(self, kv_caches, chunk_tokens, block_size, ns, conns, device):
+        # a registration belongs to its connection: loads and saves use the
+        # one that made it (a Client may be shared by threads)
+        self.ns, self.conns = ns, conns
         ts = list(kv_caches.values())
         t = ts[0]
         if t.dim() == 5 and t.shape[0] == 2:
@@ -269,7 +233,7 @@ class DaemonStore:
             info = x.untyped_storage()._share_cuda_()
             handles += bytes(info[1])[:64].ljust(64, b"\0")
             offsets.append(int(info[3]) + x.storage_offset() * x.element_size())
-        c = conn.get()
+        c = self.c = conns.get()
         lay = c.layout(self.KINDS[kind], len(ts), nb, block_size, heads, hd,
                        t.element_size(), [0] * len(ts))
         self.reg, self.info = c.kv_register_cuda(ns, lay, chunk_tokens, device, handles, offsets)
@@ -277,7 +241,7 @@ class DaemonStore:
 
     def load(self, op):
         failed = set()
-        c = self.conn.get()
+        c = self.c
         for i, key in enumerate(op.keys):     # all or nothing per request: chunk by chunk
             want = op.block_ids[i][op.skip[i]:]
             try:
@@ -285,13 +249,12 @@ class DaemonStore:
                 st = c.kv_wait([x], self.timeout_ms)[0]
                 if st["err"] != Err.OK:
                     failed.update(want)
-            except KVTierError as e:
-                self.conn.failed(e)
+            except KVTierError:
                 failed.update(want)
         return failed
 
     def save(self, op):
-        c = self.save_conn.get()
+        c = self.c
         x = c.kv_save(self.ns, self.reg, op.keys, [b for ids in op.block_ids for b in ids],
                       parent=op.parent)
         st = c.kv_wait([x], self.timeout_ms)[0]
@@ -322,7 +285,7 @@ class KVTierConnector(KVConnectorBase_V1):
         self.planner = self.mover = None
         if role == KVConnectorRole.SCHEDULER:
             self.ns = namespace(cfg, kv_cache_config, ct, 0, self.tp)
-            self.lookup_conn = _Conn(self.url, self.timeout_ms)
+            self.lookup_conn = Connections(self.url, self.timeout_ms, 0.5)
             self.planner = _plan.Planner(
                 self.block_size, ct, self._lookup, load=_extra(cfg, "load", True),
                 save=_extra(cfg, "save", True),
@@ -377,19 +340,18 @@ class KVTierConnector(KVConnectorBase_V1):
 
     # ------------------------------------------------------------ worker
     def register_kv_caches(self, kv_caches):
-        self.conn = _Conn(self.url, self.timeout_ms)
-        self.save_conn = _Conn(self.url, self.timeout_ms)
+        self.conns = Connections(self.url, self.timeout_ms, 0.5)
         self.store = None
         first = next(iter(kv_caches.values()))
         if first.device.type == "cuda" and gpu_mode(self._vllm_config) == "daemon":
             # no fallback: the namespace says "daemon", PageStore chunks differ
             self.store = DaemonStore(kv_caches, self.chunk_tokens, self.block_size,
-                                     self.ns, self.conn, self.save_conn,
+                                     self.ns, self.conns,
                                      int(_extra(self._vllm_config, "device",
                                                 first.device.index or 0)))
         else:
             self.store = PageStore(kv_caches, self.chunk_tokens // self.block_size,
-                                   self.ns, self.conn, self.save_conn, self.verify)
+                                   self.ns, self.conns, self.verify)
         self.mover = _plan.Mover(self.store, writer=self.writer,
                                  async_save=self.async_save)
         log.info("kvtier: %s on %s", type(self.store).__name__, first.device)
@@ -433,8 +395,10 @@ class KVTierConnector(KVConnectorBase_V1):
         if self.mover is not None:
             self.mover.close()
             self._write_stats(self.mover.stats, "worker")
+            self.conns.close()
         if self.planner is not None:
             self.planner.shutdown()
+            self.lookup_conn.close()
 
     def _write_stats(self, stats, role):
         if not self.stats_file:
