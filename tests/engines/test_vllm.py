@@ -52,7 +52,7 @@ LAST = {}
 
 def run(steps, kvtier=None, policy="recompute"):
     a = {"model": MODEL, "steps": steps, "kvtier": kvtier, "policy": policy,
-         "max_tokens": 8, "hash_algo": "sha256_cbor"}
+         "max_tokens": 8, "hash_algo": "sha256_cbor", "drain": True}
     r = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), json.dumps(a)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:

@@ -98,6 +98,12 @@ def test_http_two_clients(d):
     try:
         cold = two_clients(port)
         assert cold == ref, (cold, ref)
+        # the saves run beside the engine: the warm round starts once the
+        # daemon holds the 3 + 2 chunks the prompts have
+        t0 = time.time()
+        while json.loads(d.ctl("stats", "--json").stdout)["chunks"] < 5:
+            assert time.time() - t0 < 60, "cold saves never arrived"
+            time.sleep(0.1)
         warm = two_clients(port)
         assert warm == ref, (warm, ref)
     finally:

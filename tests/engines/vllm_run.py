@@ -60,6 +60,13 @@ def main():
         ttft.append(time.perf_counter() - t0)
         out = list(res[0].outputs[0].token_ids)
         outs.append(out)
+        if a.get("drain") and a.get("kvtier") is not None:
+            # exact hit counts in tests: this request's saves are in kvtier
+            # before the next request looks up
+            from vllm.distributed.kv_transfer import get_kv_transfer_group
+            mover = get_kv_transfer_group().mover
+            if mover is not None:
+                assert mover.wait_idle(60), "saves did not finish"
         finish.append(res[0].outputs[0].finish_reason)
         return out
 

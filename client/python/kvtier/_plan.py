@@ -326,6 +326,17 @@ class Mover:
                 self.lock.wait(left)
         return True
 
+    def wait_idle(self, timeout=None):
+        """Block until no save is queued or running (tests, shutdown)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.pending:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.lock.wait(left)
+        return True
+
     def preempted(self, meta):
         if meta.preempted:
             self.wait_for(meta.preempted)
