@@ -44,6 +44,9 @@ static const struct cfg_key keys[] = {
      86400000, "ms", 1, "milliseconds before an unreleased lease is dropped"},
     {"daemon", "max_keys", CFG_U64, F(max_keys), "4096", 1, 1048576, "count", 0,
      "keys one request may carry"},
+    {"daemon", "ns_per_client", CFG_U64, F(ns_per_client), "256", 0, 4096,
+     "count", 1, "namespaces one connection may hold (chunks, leases or "
+     "registrations in them); 0: no limit but the table's 4096"},
     {"daemon", "max_msg_bytes", CFG_BYTES, F(max_msg_bytes), "80M", 4096,
      4294967295.0, "bytes", 0, "largest request message accepted"},
     {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,

@@ -28,6 +28,7 @@ struct kvt_config {
     uint64_t contexts;            /* concurrent nng contexts */
     uint64_t lease_timeout_ms;    /* write and read lease deadline */
     uint64_t max_keys;            /* keys per request */
+    uint64_t ns_per_client;       /* namespaces one connection may hold */
     uint64_t max_msg_bytes;       /* largest request accepted */
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
     uint64_t local_fast;          /* serve the local fast channel */

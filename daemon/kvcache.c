@@ -125,6 +125,7 @@ void kvc_reg_unref(struct kvc *k, struct kvc_reg *g)
     while (*p && *p != g) p = &(*p)->next;
     if (*p) *p = g->next;
     reg_release_mem(k, g);
+    ns_unhold(k->d, g->ns_id);
     free(g->ns);
     free(g);
 }
@@ -243,8 +244,9 @@ static kvt_err reg_check(struct req *r, struct kvtierd *d, uint32_t pipe,
     if (q->chunk_tokens == 0 || l->block_size == 0 || q->chunk_tokens % l->block_size)
         return req_fail(r, KVT_EINVAL, "chunk_tokens %u is not a positive "
                         "multiple of block_size %u", q->chunk_tokens, l->block_size);
-    if (ns_find(&d->ns, q->ns) == NS_NONE && d->ns.n >= NS_LIMIT)
-        return req_fail(r, KVT_ENOSPC, "too many namespaces (%d)", NS_LIMIT);
+    char why[128];
+    kvt_err ne = ns_admit(d, q->ns, pipe, why, sizeof why);
+    if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (regs_of(d->kvc, pipe) >= KVC_MAX_REGS)
         return req_fail(r, KVT_ETOOBIG, "this connection already has %d "
                         "KV-cache registrations", KVC_MAX_REGS);
@@ -450,7 +452,8 @@ void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
     g->refs = 1;
     g->ns = strdup(q->ns);
     if (!g->ns) abort();
-    ns_intern(&d->ns, q->ns); /* checked above: SAVE finds it there */
+    g->ns_id = ns_claim(d, q->ns, pipe); /* admitted above */
+    ns_hold(d, g->ns_id); /* SAVE finds it there while registered */
     g->next = k->regs;
     k->regs = g;
     k->n_regs++;
