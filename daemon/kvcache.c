@@ -372,6 +372,30 @@ static kvt_err reg_host(struct req *r, struct kvtierd *d, struct kvc_reg *g,
     return e ? e : host_bounds(r, g, m->offsets, m->n_offsets, m->shm_path);
 }
 
+/* Every tensor inside the allocation its IPC handle opened: a client's
+ * offset can reach nothing of the daemon's address space but what it
+ * exported itself. One text for every failure, so a refusal tells the
+ * client nothing about what is mapped where. */
+static kvt_err ipc_bounds(struct req *r, struct kvc *k, const struct kvc_reg *g,
+                          const uint64_t *off, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t base = 0, size = 0;
+        uint64_t at = (uint64_t)(uintptr_t)g->ipc[i]->ptr;
+        int in = kvt_gpu_mem_range(k->gpu, g->device, g->ipc[i]->ptr, &base,
+                                   &size) == KVT_OK &&
+                 at >= base && at - base <= size &&
+                 off[i] <= size - (at - base) &&
+                 g->lay.tensor_bytes <= size - (at - base) - off[i];
+        if (!in)
+            return req_fail(r, KVT_EINVAL, "tensor %zu (%llu bytes at offset "
+                            "%llu) does not lie inside its IPC allocation", i,
+                            (unsigned long long)g->lay.tensor_bytes,
+                            (unsigned long long)off[i]);
+    }
+    return KVT_OK;
+}
+
 static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
                         const Kvtier__RegisterKvCache *q)
 {
@@ -397,8 +421,9 @@ static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
         bases[i] = (uint64_t)(uintptr_t)g->ipc[i]->ptr + m->offsets[i];
     }
     kvt_err e = layout_init(r, g, q->layout, bases, m->n_offsets);
+    if (e == KVT_OK) e = ipc_bounds(r, k, g, m->offsets, m->n_offsets);
     if (e == KVT_OK && kvt_gpu_check_layout(k->gpu, g->device, &g->lay) != KVT_OK)
-        e = req_fail(r, KVT_EINVAL, "tensors not reachable from device %d: %s",
+        e = req_fail(r, KVT_EINVAL, "tensors not usable from device %d: %s",
                      g->device, kvt_gpu_last_error(k->gpu));
     return e;
 }
