@@ -12,20 +12,27 @@
  * was there, so a key gone since then is KVT_ENOENT, not a short load.
  *
  * Host registrations map a file the engine names. The daemon may run as
- * another user than the engine, so it only maps a regular file owned by
- * the connection's peer uid (ipc:// peer credentials): an engine can make
- * the daemon read and write nothing it could not write itself.
+ * another user than the engine (root, often), so the path is resolved
+ * first without opening anything (O_PATH, no symlink in any component)
+ * and the inode checked: a non-empty regular file owned by the
+ * connection's peer uid (ipc:// peer credentials) with its owner's read
+ * and write bits set. Only then is that inode opened read-write, through
+ * its descriptor: an engine can make the daemon read and write nothing it
+ * could not open read-write itself (or make so with chmod, as owner), and
+ * never makes it open a device or a fifo.
  */
 #include "kvcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hbm.h"
@@ -301,35 +308,69 @@ static int peer_uid(struct kvtierd *d, uint32_t pipe, uint64_t *uid)
     return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, uid) == 0 ? 0 : -1;
 }
 
+/* An O_PATH descriptor of path, resolved without following any symlink
+ * (any component: RESOLVE_NO_SYMLINKS; only the last where the kernel
+ * has no openat2). Opens nothing: a device or fifo is never opened. */
+static int path_fd(const char *path)
+{
+    /* No O_NOFOLLOW here: a final symlink then fails (ELOOP) like any. */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd < 0 && errno == ENOSYS)
+        fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    return fd;
+}
+
+/* The rule (kvcache.c design): a regular file, non-empty, reached without
+ * a symlink, owned by the peer's uid and readable and writable by its
+ * owner -- a file the client could open read-write itself, or make so
+ * with chmod. Anything else is refused before it is opened. */
+static kvt_err host_file_ok(struct req *r, const struct stat *st,
+                            uint64_t uid, const char *path)
+{
+    if (!S_ISREG(st->st_mode) || st->st_size <= 0)
+        return req_fail(r, KVT_EINVAL, "%s is not a non-empty regular file", path);
+    if (st->st_uid != uid)
+        return req_fail(r, KVT_EPERM, "%s belongs to uid %u, not to the "
+                        "client's uid %llu", path, (unsigned)st->st_uid,
+                        (unsigned long long)uid);
+    if ((st->st_mode & (S_IRUSR | S_IWUSR)) != (S_IRUSR | S_IWUSR))
+        return req_fail(r, KVT_EPERM, "%s is not readable and writable by "
+                        "its owner (mode %03o)", path, (unsigned)(st->st_mode & 0777));
+    return KVT_OK;
+}
+
 /* Open and check the engine's file; fd or -1 with the response failed. */
 static int host_open(struct req *r, struct kvtierd *d, const char *path,
                      uint32_t pipe, uint64_t *size)
 {
     uint64_t uid;
     struct stat st;
+    char proc[64];
     if (peer_uid(d, pipe, &uid) != 0) {
         req_fail(r, KVT_ENOTSUP, "host-memory registration needs a local "
                  "connection (the daemon checks the peer's uid)");
         return -1;
     }
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
+    int pfd = path_fd(path), fd = -1;
+    if (pfd < 0) {
         kvt_err e = errno == ENOENT ? KVT_ENOENT
                   : errno == EACCES || errno == EPERM ? KVT_EPERM : KVT_EINVAL;
-        req_fail(r, e, "cannot open %s: %s", path, strerror(errno));
+        req_fail(r, e, "cannot open %s: %s", path,
+                 errno == ELOOP ? "a symlink on the way" : strerror(errno));
         return -1;
     }
-    kvt_err e = KVT_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
-        e = req_fail(r, KVT_EINVAL, "%s is not a non-empty regular file", path);
-    else if (st.st_uid != uid)
-        e = req_fail(r, KVT_EPERM, "%s belongs to uid %u, not to the client's "
-                     "uid %llu", path, (unsigned)st.st_uid, (unsigned long long)uid);
-    if (e != KVT_OK) {
-        close(fd);
-        return -1;
+    if (fstat(pfd, &st) != 0) st.st_mode = 0;
+    if (host_file_ok(r, &st, uid, path) == KVT_OK) {
+        /* The checked inode itself, re-opened through its descriptor. */
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", pfd);
+        fd = open(proc, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            req_fail(r, KVT_EPERM, "cannot open %s: %s", path, strerror(errno));
     }
-    *size = (uint64_t)st.st_size;
+    close(pfd);
+    if (fd >= 0) *size = (uint64_t)st.st_size;
     return fd;
 }
 

@@ -125,6 +125,34 @@ static void test_register_files(void **state)
     assert_int_equal(kvt_kv_register_host(c, NS, p, CT, link, e.map, &reg, NULL),
                      KVT_EINVAL);
     unlink(link);
+    assert_non_null(strstr(kvt_last_error(c), "symlink"));
+    /* A symlink earlier on the path: a directory link to the file's. */
+    char dir[128], dlink[160], via[400];
+    snprintf(dir, sizeof dir, "%s", e.path);
+    *strrchr(dir, '/') = '\0';
+    snprintf(dlink, sizeof dlink, "%s.dlink", e.path);
+    assert_int_equal(symlink(dir, dlink), 0);
+    snprintf(via, sizeof via, "%s%s", dlink, strrchr(e.path, '/'));
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, via, e.map, &reg, NULL),
+                     KVT_EINVAL);
+    unlink(dlink);
+    /* A fifo (never opened: no writer would make that hang) and another
+     * device than /dev/null. */
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s.fifo", e.path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, fifo, e.map, &reg, NULL),
+                     KVT_EINVAL);
+    unlink(fifo);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, "/dev/zero", e.map, &reg,
+                                          NULL), KVT_EINVAL);
+    /* The client's own file, but not writable by its owner: the daemon
+     * (root here) could write it, the client could not. */
+    assert_int_equal(chmod(e.path, 0400), 0);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, e.path, e.map, &reg, NULL),
+                     KVT_EPERM);
+    assert_non_null(strstr(kvt_last_error(c), "not readable and writable"));
+    assert_int_equal(chmod(e.path, 0600), 0);
     /* Not the client's: another owner (root) or no access (others). */
     if (geteuid() == 0) assert_int_equal(chown(e.path, 65534, 65534), 0);
     else assert_int_equal(chmod(e.path, 0), 0);
