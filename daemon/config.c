@@ -116,6 +116,10 @@ static const struct cfg_key keys[] = {
      65535, "host:port", 0,
      "address of the Prometheus /metrics endpoint; port 0 picks a free one; "
      "empty disables"},
+    {"metrics", "ns_names", CFG_U64, F(metrics_ns_names), "1", 0, 1, "bool", 1,
+     "1: the ns label of per-namespace series is the namespace's name; 0: "
+     "\"h-\" and 16 hex digits of its XXH3-64, so a scrape does not list the "
+     "tenants"},
     {"cluster", "node_id", CFG_U64, F(cluster_node_id), "0", 0, 4294967295.0,
      "id", 0, "this node's id, unique among the members (1 or more when "
      "cluster.listen is set)"},
