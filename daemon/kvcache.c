@@ -847,6 +847,7 @@ int kvc_open(struct kvtierd *d)
     if (hbm_start(k) != 0) return -1;
     fault_hooks(k);
     kvc_sigbus_install();
+    dram_guard(d->dram); /* after: it chains to the workers' guard */
     if (kvc_wait_init(k) != 0 || kvc_pool_start(k) != 0) {
         log_error("kvcache", "cannot start the transfer workers");
         return -1;
