@@ -248,6 +248,12 @@ kvt_err kvt_gpu_check_layout(struct kvt_gpu *g, int device,
     return g->ops->check_layout(g->ctx, device, d);
 }
 
+kvt_err kvt_gpu_mem_range(struct kvt_gpu *g, int device, const void *p,
+                          uint64_t *base, uint64_t *size)
+{
+    return g->ops->mem_range(g->ctx, device, p, base, size);
+}
+
 kvt_err kvt_gpu_gather(struct kvt_gpu *g, const kvt_layout *d,
                        const int32_t *block_ids, size_t n_blocks,
                        size_t blocks_per_chunk, void *const *chunks,

@@ -74,6 +74,9 @@ kvt_err kvt_gpu_ipc_open(struct kvt_gpu *g, int device, const void *handle,
 kvt_err kvt_gpu_ipc_close(struct kvt_gpu *g, void *dev_ptr);
 kvt_err kvt_gpu_check_layout(struct kvt_gpu *g, int device,
                              const kvt_layout *d);
+/* The allocation holding device address p: [*base, *base + *size). */
+kvt_err kvt_gpu_mem_range(struct kvt_gpu *g, int device, const void *p,
+                          uint64_t *base, uint64_t *size);
 
 /* SAVE / LOAD: asynchronous on s; see kvt_cuda_api.h for the contract. */
 kvt_err kvt_gpu_gather(struct kvt_gpu *g, const kvt_layout *d,

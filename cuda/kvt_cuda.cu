@@ -29,6 +29,7 @@
  */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +459,19 @@ static kvt_err xf_scatter_staged(kvt_cuda_ctx *ctx, const kvt_layout *d,
                      stage_len, s, false);
 }
 
+/* 1 if CUDA knows p: device, managed or registered host memory. The
+ * layout is read by kernels for as long as it is registered, so pageable
+ * memory the device happens to reach (HMM/ATS) is not taken. */
+static int xf_known(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type != cudaMemoryTypeUnregistered;
+}
+
 static kvt_err xf_check_layout(kvt_cuda_ctx *ctx, int device,
                                const kvt_layout *d)
 {
@@ -471,10 +485,49 @@ static kvt_err xf_check_layout(kvt_cuda_ctx *ctx, int device,
                     d->row_bytes;
     for (uint32_t p = 0; p < d->num_layers * d->num_kv; p++) {
         const void *b = (const void *)(uintptr_t)d->base[p];
-        if (xf_dev_addr(ctx, device, b, span) != d->base[p])
-            return xf_bad("a KV tensor is not device-accessible at its "
-                          "address");
+        const char *last = (const char *)b + span - 1;
+        /* One text for every reason: it must not tell what is mapped. */
+        if (!xf_known(b) || !xf_known(last) ||
+            xf_dev_addr(ctx, device, b, span) != d->base[p])
+            return xf_bad("a KV tensor is not in memory this device may use");
     }
+    return KVT_OK;
+}
+
+/* cuMemGetAddressRange from the driver, looked up once. The runtime is
+ * linked statically and the driver API is not linked at all: libcuda.so.1
+ * is found at run time, as xf_have_driver finds it. */
+typedef int (*xf_range_fn)(unsigned long long *base, size_t *size,
+                           unsigned long long dptr);
+static xf_range_fn xf_range;
+static pthread_once_t xf_range_once = PTHREAD_ONCE_INIT;
+
+static void xf_range_load(void)
+{
+    /* Left open: the runtime keeps the driver loaded for the process. */
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (h != NULL)
+        xf_range = (xf_range_fn)dlsym(h, "cuMemGetAddressRange_v2");
+}
+
+static kvt_err xf_mem_range(kvt_cuda_ctx *ctx, int device, const void *p,
+                            uint64_t *base, uint64_t *size)
+{
+    if (device < 0 || device >= ctx->n_dev)
+        return xf_bad("bad device");
+    pthread_once(&xf_range_once, xf_range_load);
+    if (xf_range == NULL) {
+        snprintf(xf_errbuf, sizeof(xf_errbuf),
+                 "cuMemGetAddressRange_v2 not found in libcuda.so.1");
+        return KVT_ENOTSUP;
+    }
+    XF_TRY(cudaSetDevice(device)); /* makes its primary context current */
+    unsigned long long b = 0;
+    size_t n = 0;
+    if (xf_range(&b, &n, (unsigned long long)(uintptr_t)p) != 0)
+        return xf_bad("not a device allocation");
+    *base = b;
+    *size = n;
     return KVT_OK;
 }
 
@@ -755,6 +808,7 @@ static const struct kvt_cuda_ops xf_ops = {
     .ipc_get = xf_ipc_get,
     .ipc_open = xf_ipc_open,
     .ipc_close = xf_ipc_close,
+    .mem_range = xf_mem_range,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct kvt_cuda_ops *

@@ -34,8 +34,10 @@
  *    variants take any host memory: the kernel works on a device staging
  *    buffer and cudaMemcpyAsync moves whole chunks.
  *  - Layout bases must be device-accessible (device memory, an IPC-opened
- *    mapping, or registered host memory); check_layout verifies that once,
- *    at registration, so a bad base never faults a kernel later.
+ *    mapping, or registered host memory; never pageable host memory);
+ *    check_layout verifies that once, at registration, so a bad base never
+ *    faults a kernel later. Its error text says which tensor, not what is
+ *    mapped where.
  */
 #ifndef KVT_CUDA_API_H
 #define KVT_CUDA_API_H
@@ -50,7 +52,7 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 1
+#define KVT_CUDA_ABI_VERSION 2
 #define KVT_CUDA_SYMBOL "kvt_cuda_ops_get"
 #define KVT_CUDA_IPC_HANDLE_LEN 64 /* sizeof(cudaIpcMemHandle_t) */
 
@@ -134,6 +136,13 @@ struct kvt_cuda_ops {
     kvt_err (*ipc_open)(kvt_cuda_ctx *ctx, int device, const void *handle,
                         size_t handle_len, void **dev_ptr);
     kvt_err (*ipc_close)(kvt_cuda_ctx *ctx, void *dev_ptr);
+
+    /* The allocation holding device address p on device: its first byte
+     * and its size (cuMemGetAddressRange). KVT_EINVAL if p is in none.
+     * The daemon bounds each registered tensor by the allocation its IPC
+     * handle opened, so a client's offsets reach nothing else. */
+    kvt_err (*mem_range)(kvt_cuda_ctx *ctx, int device, const void *p,
+                         uint64_t *base, uint64_t *size);
 };
 
 typedef const struct kvt_cuda_ops *(*kvt_cuda_ops_get_fn)(void);

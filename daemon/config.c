@@ -44,6 +44,9 @@ static const struct cfg_key keys[] = {
      86400000, "ms", 1, "milliseconds before an unreleased lease is dropped"},
     {"daemon", "max_keys", CFG_U64, F(max_keys), "4096", 1, 1048576, "count", 0,
      "keys one request may carry"},
+    {"daemon", "ns_per_client", CFG_U64, F(ns_per_client), "256", 0, 4096,
+     "count", 1, "namespaces one connection may hold (chunks, leases or "
+     "registrations in them); 0: no limit but the table's 4096"},
     {"daemon", "max_msg_bytes", CFG_BYTES, F(max_msg_bytes), "80M", 4096,
      4294967295.0, "bytes", 0, "largest request message accepted"},
     {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,
@@ -113,6 +116,10 @@ static const struct cfg_key keys[] = {
      65535, "host:port", 0,
      "address of the Prometheus /metrics endpoint; port 0 picks a free one; "
      "empty disables"},
+    {"metrics", "ns_names", CFG_U64, F(metrics_ns_names), "1", 0, 1, "bool", 1,
+     "1: the ns label of per-namespace series is the namespace's name; 0: "
+     "\"h-\" and 16 hex digits of its XXH3-64, so a scrape does not list the "
+     "tenants"},
     {"cluster", "node_id", CFG_U64, F(cluster_node_id), "0", 0, 4294967295.0,
      "id", 0, "this node's id, unique among the members (1 or more when "
      "cluster.listen is set)"},

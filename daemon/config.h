@@ -28,6 +28,7 @@ struct kvt_config {
     uint64_t contexts;            /* concurrent nng contexts */
     uint64_t lease_timeout_ms;    /* write and read lease deadline */
     uint64_t max_keys;            /* keys per request */
+    uint64_t ns_per_client;       /* namespaces one connection may hold */
     uint64_t max_msg_bytes;       /* largest request accepted */
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
     uint64_t local_fast;          /* serve the local fast channel */
@@ -56,6 +57,7 @@ struct kvt_config {
     uint64_t nvme_get_deadline_ms; /* GET waits this long for NVMe reads */
     /* [metrics] */
     char metrics_listen[CFG_STR_MAX]; /* host:port of /metrics; "" = off */
+    uint64_t metrics_ns_names;    /* 1: ns label is the name; 0: a hash */
     /* [cluster] (cluster.c); off while listen is empty */
     uint64_t cluster_node_id;     /* this node's id, unique in the cluster */
     char cluster_listen[CFG_STR_MAX]; /* tcp://host:port of the control channel */

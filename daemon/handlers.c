@@ -243,8 +243,9 @@ static kvt_err check_put(struct req *r, const char *ns, size_t n_keys,
                         "max_chunk_bytes (%llu)", i, (unsigned long long)sizes[i],
                         (unsigned long long)d->cfg.max_chunk_bytes);
     }
-    if (ns_find(&d->ns, ns) == NS_NONE && d->ns.n >= NS_LIMIT)
-        return req_fail(r, KVT_ENOSPC, "too many namespaces (%d)", NS_LIMIT);
+    char why[128];
+    kvt_err ne = ns_admit(d, ns, r->pipe, why, sizeof why);
+    if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (!pipe_alive(d, r->pipe))
         return req_fail(r, KVT_ECLOSED, "client connection is gone");
     return KVT_OK;
@@ -282,7 +283,7 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     struct kvtierd *d = r->d;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_sizes, q->sizes, &q->parent))
         return;
-    uint16_t ns = ns_intern(&d->ns, q->ns);
+    uint16_t ns = ns_claim(d, q->ns, r->pipe);
     struct lease *l = lease_new(d, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys);
     if (reserve_all(r, l, ns, q->keys, q->sizes, &q->parent) != KVT_OK) {
         lease_drop(d, l);
@@ -369,7 +370,7 @@ static void do_put(struct req *r, const Kvtier__Put *q)
     for (size_t i = 0; i < q->n_data; i++) sizes[i] = q->data[i].len;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_data, sizes, &q->parent))
         return;
-    uint16_t ns = ns_intern(&d->ns, q->ns);
+    uint16_t ns = ns_claim(d, q->ns, r->pipe);
     struct lease *l = lease_new(d, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys);
     if (reserve_all(r, l, ns, q->keys, sizes, &q->parent) != KVT_OK) {
         lease_drop(d, l);

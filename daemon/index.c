@@ -38,7 +38,8 @@ int idx_init(struct idx *x, uint64_t max_entries)
     x->buckets = malloc(nb * sizeof *x->buckets);
     x->e = reserve(max_entries * sizeof *x->e);
     x->nv = reserve(max_entries * sizeof *x->nv);
-    if (!x->buckets || !x->e || !x->nv) {
+    x->ns_slots = calloc((size_t)UINT16_MAX + 1, sizeof *x->ns_slots);
+    if (!x->buckets || !x->e || !x->nv || !x->ns_slots) {
         x->cap = (uint32_t)max_entries;
         idx_destroy(x);
         return -1;
@@ -56,6 +57,7 @@ void idx_destroy(struct idx *x)
     if (x->e) munmap(x->e, (size_t)x->cap * sizeof *x->e);
     if (x->nv) munmap(x->nv, (size_t)x->cap * sizeof *x->nv);
     free(x->buckets);
+    free(x->ns_slots);
     memset(x, 0, sizeof *x);
 }
 
@@ -91,6 +93,7 @@ uint32_t idx_insert(struct idx *x, uint16_t ns, const kvt_key *key)
     memset(e, 0, sizeof *e);
     e->key = *key;
     e->ns = ns;
+    x->ns_slots[ns]++;
     e->gen = gen;
     e->state = IDX_PENDING;
     e->tier = IDX_DRAM;
@@ -265,6 +268,7 @@ void idx_remove(struct idx *x, uint32_t i)
     list_unlink(x, L_DRAM, i);
     if (x->nv_active) list_unlink(x, L_NVME, i);
     hash_unlink(x, i);
+    x->ns_slots[e->ns]--;
     e->state = IDX_FREE;
     e->hnext = x->free_head;
     x->free_head = i;

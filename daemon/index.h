@@ -102,6 +102,8 @@ struct idx {
     int plain_lru;               /* every ready chunk is a leaf (policy baseline) */
     uint64_t n_ready, bytes_ready;
     uint64_t n_in[2], bytes_in[2]; /* ready chunks per tier: 0 DRAM, 1 NVMe */
+    uint32_t *ns_slots; /* slots in any state but FREE, per namespace id:
+                         * a namespace id with none may be reused (ns.c) */
 };
 
 /* max_entries bounds the chunks the index can hold (the DRAM tier has at
@@ -109,6 +111,11 @@ struct idx {
 int idx_init(struct idx *x, uint64_t max_entries);
 void idx_destroy(struct idx *x);
 
+/* Slots of namespace id ns in any state but FREE. */
+static inline uint32_t idx_ns_slots(const struct idx *x, uint16_t ns)
+{
+    return x->ns_slots ? x->ns_slots[ns] : 0;
+}
 /* The slot of (ns, key) in any state but FREE, or IDX_NONE. */
 uint32_t idx_find(const struct idx *x, uint16_t ns, const kvt_key *key);
 /* Insert (ns, key), known absent, as PENDING. IDX_NONE if out of memory. */

@@ -103,6 +103,11 @@ static void put_ns(struct journal *j, uint16_t id, const char *ns)
     j->logged[id / 8] |= (uint8_t)(1u << (id % 8));
 }
 
+void journal_forget_ns(struct journal *j, uint16_t ns_id)
+{
+    if (ns_id < J_NS_MAX) j->logged[ns_id / 8] &= (uint8_t)~(1u << (ns_id % 8));
+}
+
 void journal_add(struct journal *j, uint16_t ns_id, const char *ns,
                  const struct jrec *r)
 {

@@ -52,6 +52,8 @@ long long journal_replay(struct journal *j, void (*add)(void *, const struct jre
                          void (*del)(void *, const char *, const kvt_key *),
                          void *arg);
 
+/* ns_id was renamed: its next record logs its name again. */
+void journal_forget_ns(struct journal *j, uint16_t ns_id);
 /* Buffer records (ns_id names ns; its name is logged once per file). */
 void journal_add(struct journal *j, uint16_t ns_id, const char *ns,
                  const struct jrec *r);

@@ -12,20 +12,27 @@
  * was there, so a key gone since then is KVT_ENOENT, not a short load.
  *
  * Host registrations map a file the engine names. The daemon may run as
- * another user than the engine, so it only maps a regular file owned by
- * the connection's peer uid (ipc:// peer credentials): an engine can make
- * the daemon read and write nothing it could not write itself.
+ * another user than the engine (root, often), so the path is resolved
+ * first without opening anything (O_PATH, no symlink in any component)
+ * and the inode checked: a non-empty regular file owned by the
+ * connection's peer uid (ipc:// peer credentials) with its owner's read
+ * and write bits set. Only then is that inode opened read-write, through
+ * its descriptor: an engine can make the daemon read and write nothing it
+ * could not open read-write itself (or make so with chmod, as owner), and
+ * never makes it open a device or a fifo.
  */
 #include "kvcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hbm.h"
@@ -125,6 +132,7 @@ void kvc_reg_unref(struct kvc *k, struct kvc_reg *g)
     while (*p && *p != g) p = &(*p)->next;
     if (*p) *p = g->next;
     reg_release_mem(k, g);
+    ns_unhold(k->d, g->ns_id);
     free(g->ns);
     free(g);
 }
@@ -243,8 +251,9 @@ static kvt_err reg_check(struct req *r, struct kvtierd *d, uint32_t pipe,
     if (q->chunk_tokens == 0 || l->block_size == 0 || q->chunk_tokens % l->block_size)
         return req_fail(r, KVT_EINVAL, "chunk_tokens %u is not a positive "
                         "multiple of block_size %u", q->chunk_tokens, l->block_size);
-    if (ns_find(&d->ns, q->ns) == NS_NONE && d->ns.n >= NS_LIMIT)
-        return req_fail(r, KVT_ENOSPC, "too many namespaces (%d)", NS_LIMIT);
+    char why[128];
+    kvt_err ne = ns_admit(d, q->ns, pipe, why, sizeof why);
+    if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (regs_of(d->kvc, pipe) >= KVC_MAX_REGS)
         return req_fail(r, KVT_ETOOBIG, "this connection already has %d "
                         "KV-cache registrations", KVC_MAX_REGS);
@@ -299,35 +308,69 @@ static int peer_uid(struct kvtierd *d, uint32_t pipe, uint64_t *uid)
     return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, uid) == 0 ? 0 : -1;
 }
 
+/* An O_PATH descriptor of path, resolved without following any symlink
+ * (any component: RESOLVE_NO_SYMLINKS; only the last where the kernel
+ * has no openat2). Opens nothing: a device or fifo is never opened. */
+static int path_fd(const char *path)
+{
+    /* No O_NOFOLLOW here: a final symlink then fails (ELOOP) like any. */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd < 0 && errno == ENOSYS)
+        fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    return fd;
+}
+
+/* The rule (kvcache.c design): a regular file, non-empty, reached without
+ * a symlink, owned by the peer's uid and readable and writable by its
+ * owner -- a file the client could open read-write itself, or make so
+ * with chmod. Anything else is refused before it is opened. */
+static kvt_err host_file_ok(struct req *r, const struct stat *st,
+                            uint64_t uid, const char *path)
+{
+    if (!S_ISREG(st->st_mode) || st->st_size <= 0)
+        return req_fail(r, KVT_EINVAL, "%s is not a non-empty regular file", path);
+    if (st->st_uid != uid)
+        return req_fail(r, KVT_EPERM, "%s belongs to uid %u, not to the "
+                        "client's uid %llu", path, (unsigned)st->st_uid,
+                        (unsigned long long)uid);
+    if ((st->st_mode & (S_IRUSR | S_IWUSR)) != (S_IRUSR | S_IWUSR))
+        return req_fail(r, KVT_EPERM, "%s is not readable and writable by "
+                        "its owner (mode %03o)", path, (unsigned)(st->st_mode & 0777));
+    return KVT_OK;
+}
+
 /* Open and check the engine's file; fd or -1 with the response failed. */
 static int host_open(struct req *r, struct kvtierd *d, const char *path,
                      uint32_t pipe, uint64_t *size)
 {
     uint64_t uid;
     struct stat st;
+    char proc[64];
     if (peer_uid(d, pipe, &uid) != 0) {
         req_fail(r, KVT_ENOTSUP, "host-memory registration needs a local "
                  "connection (the daemon checks the peer's uid)");
         return -1;
     }
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
+    int pfd = path_fd(path), fd = -1;
+    if (pfd < 0) {
         kvt_err e = errno == ENOENT ? KVT_ENOENT
                   : errno == EACCES || errno == EPERM ? KVT_EPERM : KVT_EINVAL;
-        req_fail(r, e, "cannot open %s: %s", path, strerror(errno));
+        req_fail(r, e, "cannot open %s: %s", path,
+                 errno == ELOOP ? "a symlink on the way" : strerror(errno));
         return -1;
     }
-    kvt_err e = KVT_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
-        e = req_fail(r, KVT_EINVAL, "%s is not a non-empty regular file", path);
-    else if (st.st_uid != uid)
-        e = req_fail(r, KVT_EPERM, "%s belongs to uid %u, not to the client's "
-                     "uid %llu", path, (unsigned)st.st_uid, (unsigned long long)uid);
-    if (e != KVT_OK) {
-        close(fd);
-        return -1;
+    if (fstat(pfd, &st) != 0) st.st_mode = 0;
+    if (host_file_ok(r, &st, uid, path) == KVT_OK) {
+        /* The checked inode itself, re-opened through its descriptor. */
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", pfd);
+        fd = open(proc, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            req_fail(r, KVT_EPERM, "cannot open %s: %s", path, strerror(errno));
     }
-    *size = (uint64_t)st.st_size;
+    close(pfd);
+    if (fd >= 0) *size = (uint64_t)st.st_size;
     return fd;
 }
 
@@ -370,6 +413,30 @@ static kvt_err reg_host(struct req *r, struct kvtierd *d, struct kvc_reg *g,
     return e ? e : host_bounds(r, g, m->offsets, m->n_offsets, m->shm_path);
 }
 
+/* Every tensor inside the allocation its IPC handle opened: a client's
+ * offset can reach nothing of the daemon's address space but what it
+ * exported itself. One text for every failure, so a refusal tells the
+ * client nothing about what is mapped where. */
+static kvt_err ipc_bounds(struct req *r, struct kvc *k, const struct kvc_reg *g,
+                          const uint64_t *off, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t base = 0, size = 0;
+        uint64_t at = (uint64_t)(uintptr_t)g->ipc[i]->ptr;
+        int in = kvt_gpu_mem_range(k->gpu, g->device, g->ipc[i]->ptr, &base,
+                                   &size) == KVT_OK &&
+                 at >= base && at - base <= size &&
+                 off[i] <= size - (at - base) &&
+                 g->lay.tensor_bytes <= size - (at - base) - off[i];
+        if (!in)
+            return req_fail(r, KVT_EINVAL, "tensor %zu (%llu bytes at offset "
+                            "%llu) does not lie inside its IPC allocation", i,
+                            (unsigned long long)g->lay.tensor_bytes,
+                            (unsigned long long)off[i]);
+    }
+    return KVT_OK;
+}
+
 static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
                         const Kvtier__RegisterKvCache *q)
 {
@@ -395,8 +462,9 @@ static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
         bases[i] = (uint64_t)(uintptr_t)g->ipc[i]->ptr + m->offsets[i];
     }
     kvt_err e = layout_init(r, g, q->layout, bases, m->n_offsets);
+    if (e == KVT_OK) e = ipc_bounds(r, k, g, m->offsets, m->n_offsets);
     if (e == KVT_OK && kvt_gpu_check_layout(k->gpu, g->device, &g->lay) != KVT_OK)
-        e = req_fail(r, KVT_EINVAL, "tensors not reachable from device %d: %s",
+        e = req_fail(r, KVT_EINVAL, "tensors not usable from device %d: %s",
                      g->device, kvt_gpu_last_error(k->gpu));
     return e;
 }
@@ -450,7 +518,8 @@ void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
     g->refs = 1;
     g->ns = strdup(q->ns);
     if (!g->ns) abort();
-    ns_intern(&d->ns, q->ns); /* checked above: SAVE finds it there */
+    g->ns_id = ns_claim(d, q->ns, pipe); /* admitted above */
+    ns_hold(d, g->ns_id); /* SAVE finds it there while registered */
     g->next = k->regs;
     k->regs = g;
     k->n_regs++;
@@ -778,6 +847,7 @@ int kvc_open(struct kvtierd *d)
     if (hbm_start(k) != 0) return -1;
     fault_hooks(k);
     kvc_sigbus_install();
+    dram_guard(d->dram); /* after: it chains to the workers' guard */
     if (kvc_wait_init(k) != 0 || kvc_pool_start(k) != 0) {
         log_error("kvcache", "cannot start the transfer workers");
         return -1;

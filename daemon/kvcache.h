@@ -75,6 +75,7 @@ struct kvc_reg {
     int mem;         /* enum kvc_mem */
     int device;      /* CUDA */
     char *ns;
+    uint16_t ns_id;  /* held while the record lives (ns.h) */
     kvt_layout lay;  /* immutable once registered: workers read it */
     uint32_t bpc;    /* blocks per chunk */
     uint64_t chunk_bytes;

@@ -18,12 +18,15 @@
 #include "kvtier.h"
 #include "kvtier.pb-c.h"
 #include "metrics.h"
+#include "ns.h"
 
 #define NS_NONE UINT16_MAX
 #define NS_LIMIT 4096
 
 struct ns_info {
     char *name;
+    uint32_t owner; /* connection that created it, 0: the daemon (ns.h) */
+    uint32_t holds; /* holders besides index slots (ns.h) */
     uint64_t chunks, bytes, hits, misses;
     /* metrics.c: by enum hit_op */
     uint64_t hit_chunks[HIT_OPS], miss_chunks[HIT_OPS], hit_bytes[HIT_OPS];

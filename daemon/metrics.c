@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "events.h"
 #include "hbm.h"
@@ -138,12 +139,24 @@ static void sample(struct sbuf *b, const char *name, const char *labels,
               labels[0] ? "}" : "", (unsigned long long)v);
 }
 
-/* name{ns="<escaped>",<rest>} v */
-static void sample_ns(struct sbuf *b, const char *name, const char *ns,
-                      const char *rest, uint64_t v)
+/* The ns label: the name, or with metrics.ns_names = 0 a hash of it (the
+ * series stay apart and stable across restarts; names stay private). */
+static const char *ns_label(const struct kvtierd *d, const char *ns,
+                            char *buf, size_t len)
 {
+    if (d->cfg.metrics_ns_names) return ns;
+    snprintf(buf, len, "h-%016llx",
+             (unsigned long long)XXH3_64bits(ns, strlen(ns)));
+    return buf;
+}
+
+/* name{ns="<escaped>",<rest>} v */
+static void sample_ns(struct sbuf *b, const struct kvtierd *d, const char *name,
+                      const char *ns, const char *rest, uint64_t v)
+{
+    char h[24];
     sb_printf(b, "%s{ns=\"", name);
-    sb_esc(b, ns);
+    sb_esc(b, ns_label(d, ns, h, sizeof h));
     sb_printf(b, "\"%s%s} %llu\n", rest[0] ? "," : "", rest,
               (unsigned long long)v);
 }
@@ -318,7 +331,7 @@ static void ns_series(struct sbuf *b, struct kvtierd *d, const char *name,
         for (int op = 0; op < HIT_OPS; op++) {
             snprintf(rest, sizeof rest, "op=\"%s\"%s", op_names[op],
                      tier ? ",tier=\"dram\"" : "");
-            sample_ns(b, name, d->ns.v[i].name, rest, v[op]);
+            sample_ns(b, d, name, d->ns.v[i].name, rest, v[op]);
         }
     }
 }
@@ -351,11 +364,11 @@ static void render_namespaces(struct sbuf *b, struct kvtierd *d)
 {
     family(b, "kvtier_namespace_chunks", "gauge", "Committed chunks per namespace.");
     for (uint32_t i = 0; i < d->ns.n; i++)
-        sample_ns(b, "kvtier_namespace_chunks", d->ns.v[i].name, "",
+        sample_ns(b, d, "kvtier_namespace_chunks", d->ns.v[i].name, "",
                   d->ns.v[i].chunks);
     family(b, "kvtier_namespace_bytes", "gauge", "Committed bytes per namespace.");
     for (uint32_t i = 0; i < d->ns.n; i++)
-        sample_ns(b, "kvtier_namespace_bytes", d->ns.v[i].name, "",
+        sample_ns(b, d, "kvtier_namespace_bytes", d->ns.v[i].name, "",
                   d->ns.v[i].bytes);
 }
 

@@ -253,6 +253,7 @@ static void pget_free(struct kvtierd *d, struct pget *g)
             *pp = g->next;
             break;
         }
+    ns_unhold(d, g->ns);
     free(g->keys);
     free(g->slots);
     free(g->it);
@@ -568,6 +569,7 @@ static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t n
     if (!g) abort();
     g->d = d;
     g->ns = ns;
+    ns_hold(d, ns); /* parked: no slot may hold it yet (ns.h) */
     g->inline_ = q->inline_;
     g->n_keys = (uint32_t)q->n_keys;
     g->n_local = (uint32_t)n;
@@ -588,7 +590,7 @@ int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier_
 {
     struct pgs *s = pg_of(d);
     if (!s || !d->cl->pt || q->local_only || n >= q->n_keys) return 0;
-    uint16_t ns = ns_intern(&d->ns, q->ns);
+    uint16_t ns = ns_claim(d, q->ns, 0);
     if (ns == NS_NONE) return 0;
     struct pget *g = pget_new(d, q, ns, slots, n);
     uint64_t dl = q->deadline_ms ? q->deadline_ms : d->cfg.nvme_get_deadline_ms;

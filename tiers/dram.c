@@ -6,12 +6,29 @@
  * clients never see their pool truncated under them. fallocate() reserves
  * the pages up front: a sparse tmpfs file that runs out of room would kill
  * clients with SIGBUS on first touch instead of failing here.
+ *
+ * The path is predictable, so the file is created with O_EXCL and never
+ * through a symlink. A file already there is used only if it is a regular
+ * file of this user with one link, not locked by a live daemon: adopted
+ * as it is when the caller adopts (its contents are the last run's
+ * chunks), else replaced by a new inode that nobody else has open.
+ *
+ * Clients map the pool read-write, so one can also truncate it, and the
+ * daemon's own copies from the pool (inline puts and gets, adoption,
+ * workers) would then die of SIGBUS. dram_guard() installs a SIGBUS
+ * handler that, for a fault inside the pool of a file found shorter than
+ * the pool, restores the file's size and returns: the access runs again
+ * on fresh zero pages (the cut chunks read as zeros, no worse than a
+ * client writing zeros into them). Any other SIGBUS goes to the handler
+ * that was there before. The handler needs the pool in a static: one
+ * guarded pool per process.
  */
 #include "dram.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +176,55 @@ kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
     return dram_open_adopt(o, 0, out, err, errlen);
 }
 
+/* A pool file that is already there may be used: a regular file of this
+ * user with one link (no hard link to something else). */
+static kvt_err check_existing(struct dram *d, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(d->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid() || st.st_nlink != 1) {
+        snprintf(err, errlen, "pool %s exists and is not a regular file of "
+                 "this user with one link; remove it", d->path);
+        return KVT_EPERM;
+    }
+    return KVT_OK;
+}
+
+/* Create the pool file (O_EXCL), or take over an existing one (ours, not
+ * locked): kept for adoption, else replaced by a new inode. */
+static kvt_err open_file(struct dram *d, const struct dram_opts *o, int adopt,
+                         char *err, size_t errlen)
+{
+    const int mk = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    kvt_err e;
+    if ((d->fd = open(o->path, mk, o->mode)) >= 0) return lock_pool(d, err, errlen);
+    if (errno != EEXIST) goto fail;
+    d->fd = open(o->path, O_RDWR | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (d->fd < 0) goto fail;
+    if ((e = check_existing(d, err, errlen)) != KVT_OK) return e;
+    if ((e = lock_pool(d, err, errlen)) != KVT_OK || adopt) return e;
+    /* Stale and not adopted: a fresh inode. The lock on the old one is
+     * held until then, so a second daemon starting now loses the race at
+     * the lock or at O_EXCL. */
+    int old = d->fd;
+    if (unlink(o->path) != 0 && errno != ENOENT) {
+        d->fd = -1;
+        close(old);
+        goto fail;
+    }
+    d->fd = open(o->path, mk, o->mode);
+    close(old);
+    if (d->fd >= 0) return lock_pool(d, err, errlen);
+    if (errno == EEXIST) {
+        snprintf(err, errlen, "pool %s is in use by another kvtierd", o->path);
+        return KVT_EBUSY;
+    }
+fail:
+    snprintf(err, errlen, "pool %s: %s", o->path,
+             errno == ELOOP ? "is a symlink" : strerror(errno));
+    return errno == ELOOP ? KVT_EPERM : KVT_EIO;
+}
+
 kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
                         char *err, size_t errlen)
 {
@@ -169,13 +235,7 @@ kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
     if (!(d->path = strdup(o->path))) goto fail;
     d->tier.ops = &dram_ops;
     d->bytes = o->bytes / DRAM_UNIT * DRAM_UNIT;
-    d->fd = open(o->path, O_RDWR | O_CREAT | O_CLOEXEC, o->mode);
-    if (d->fd < 0) {
-        snprintf(err, errlen, "pool %s: %s", o->path, strerror(errno));
-        e = KVT_EIO;
-        goto fail;
-    }
-    if ((e = lock_pool(d, err, errlen)) != KVT_OK) goto fail;
+    if ((e = open_file(d, o, adopt, err, errlen)) != KVT_OK) goto fail;
     if ((e = set_owner(d, o, err, errlen)) != KVT_OK) goto fail;
     if ((e = size_and_map(d, adopt, err, errlen)) != KVT_OK) goto fail;
     if (!(d->alloc = tlsf_create(d->bytes / DRAM_UNIT))) {
@@ -191,9 +251,68 @@ fail:
     return e;
 }
 
+/* ------------------------------------------------------ the SIGBUS guard */
+
+static struct {
+    uint8_t *base;
+    uint64_t bytes;
+    int fd;
+} guarded;                       /* the pool dram_guard covers */
+static struct sigaction prev_bus; /* what SIGBUS did before */
+static volatile sig_atomic_t heals;
+
+static const char heal_msg[] = "kvtierd: dram: the pool file was truncated "
+                               "(by a client?); its size is restored, the "
+                               "chunks cut off read as zeros\n";
+
+/* Async-signal-safe throughout: fstat, ftruncate, write, sigaction. */
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+    const uint8_t *a = si ? si->si_addr : NULL;
+    struct stat st;
+    if (guarded.base && a >= guarded.base && a < guarded.base + guarded.bytes &&
+        fstat(guarded.fd, &st) == 0 && (uint64_t)st.st_size < guarded.bytes &&
+        ftruncate(guarded.fd, (off_t)guarded.bytes) == 0) {
+        heals++;
+        ssize_t w = write(2, heal_msg, sizeof heal_msg - 1);
+        (void)w;
+        return; /* the access runs again, on the restored size */
+    }
+    if (prev_bus.sa_flags & SA_SIGINFO) {
+        prev_bus.sa_sigaction(sig, si, uc);
+    } else if (prev_bus.sa_handler != SIG_IGN && prev_bus.sa_handler != SIG_DFL) {
+        prev_bus.sa_handler(sig);
+    } else {
+        /* Returning re-runs the access, which then takes this action. */
+        sigaction(sig, &prev_bus, NULL);
+    }
+}
+
+void dram_guard(struct dram *d)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    guarded.fd = d->fd;
+    guarded.bytes = d->bytes;
+    guarded.base = d->base;
+    (void)sigaction(SIGBUS, &sa, &prev_bus); /* valid arguments: no error */
+}
+
+uint64_t dram_heals(void)
+{
+    return (uint64_t)heals;
+}
+
 void dram_close(struct dram *d, int unlink_file)
 {
     if (!d) return;
+    if (d->base && guarded.base == d->base) {
+        (void)sigaction(SIGBUS, &prev_bus, NULL);
+        guarded.base = NULL;
+    }
     if (d->base) munmap(d->base, d->bytes);
     if (unlink_file && d->path && d->fd >= 0) unlink(d->path);
     if (d->fd >= 0) close(d->fd);

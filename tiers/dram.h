@@ -7,7 +7,9 @@
  * allocator whose metadata lives on the daemon's heap, never in the pool,
  * because clients can write the pool. The flock is how a second daemon
  * learns the pool is taken; a file left by a dead daemon is not locked and
- * is taken over.
+ * is taken over if it is a regular file of this user with one link (the
+ * path is predictable: a new file is created with O_EXCL, never through
+ * a symlink).
  */
 #ifndef KVT_DRAM_H
 #define KVT_DRAM_H
@@ -46,6 +48,13 @@ kvt_err dram_open(const struct dram_opts *o, struct dram **out, char *err,
  * either way. */
 kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
                         char *err, size_t errlen);
+/* Survive a client truncating the pool file: a SIGBUS inside the pool
+ * restores the file's size and the access runs again (dram.c). Install it
+ * after any other SIGBUS handler, which it calls for every other fault;
+ * dram_close puts that one back. One pool per process. */
+void dram_guard(struct dram *d);
+/* Times the guard restored the pool's size. */
+uint64_t dram_heals(void);
 /* Unmap, unlock and (if unlink) remove the file. Accepts NULL. */
 void dram_close(struct dram *d, int unlink_file);
 

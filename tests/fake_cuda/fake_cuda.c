@@ -16,8 +16,8 @@
  * before anything is written.
  *
  * Faults: a comma-separated list of entry names ("open", "host_register",
- * "dev_alloc", "stream_create", "check_layout", "ipc_open", "gather",
- * "scatter", "memcpy", "sync") that fail, taken from $KVT_FAKE_CUDA_FAIL
+ * "dev_alloc", "stream_create", "check_layout", "ipc_open", "mem_range",
+ * "gather", "scatter", "memcpy", "sync") that fail, taken from $KVT_FAKE_CUDA_FAIL
  * or else from the file $KVT_FAKE_CUDA_FAIL_FILE names, read at every
  * call: a test switches faults in a running daemon by rewriting the file.
  * Only the entry point kvt_cuda_ops_get is exported.
@@ -358,6 +358,28 @@ static kvt_err fk_ipc_close(kvt_cuda_ctx *c, void *p)
     return fk_forget(p) == 0 ? KVT_OK : KVT_EINVAL;
 }
 
+/* cuMemGetAddressRange over the mappings: the one holding p. */
+static kvt_err fk_mem_range(kvt_cuda_ctx *c, int device, const void *p,
+                            uint64_t *base, uint64_t *size)
+{
+    kvt_err e = KVT_EINVAL;
+    if (device < 0 || device >= c->devices) return KVT_EINVAL;
+    if (fk_fails("mem_range")) return KVT_EIO;
+    const char *q = p;
+    pthread_mutex_lock(&fk_mtx);
+    for (int i = 0; i < FK_MAPS && e != KVT_OK; i++) {
+        const char *b = fk_map[i].p;
+        if (b && q >= b && q < b + fk_map[i].len) {
+            *base = (uint64_t)(uintptr_t)b;
+            *size = fk_map[i].len;
+            e = KVT_OK;
+        }
+    }
+    pthread_mutex_unlock(&fk_mtx);
+    if (e != KVT_OK) snprintf(fk_err, sizeof fk_err, "fake CUDA: not an allocation");
+    return e;
+}
+
 static const struct kvt_cuda_ops fk_ops = {
     .abi_version = KVT_CUDA_ABI_VERSION,
     .layout_size = sizeof(kvt_layout),
@@ -385,6 +407,7 @@ static const struct kvt_cuda_ops fk_ops = {
     .ipc_get = fk_ipc_get,
     .ipc_open = fk_ipc_open,
     .ipc_close = fk_ipc_close,
+    .mem_range = fk_mem_range,
 };
 
 __attribute__((visibility("default"))) const struct kvt_cuda_ops *

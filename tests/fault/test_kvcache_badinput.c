@@ -125,6 +125,34 @@ static void test_register_files(void **state)
     assert_int_equal(kvt_kv_register_host(c, NS, p, CT, link, e.map, &reg, NULL),
                      KVT_EINVAL);
     unlink(link);
+    assert_non_null(strstr(kvt_last_error(c), "symlink"));
+    /* A symlink earlier on the path: a directory link to the file's. */
+    char dir[128], dlink[160], via[400];
+    snprintf(dir, sizeof dir, "%s", e.path);
+    *strrchr(dir, '/') = '\0';
+    snprintf(dlink, sizeof dlink, "%s.dlink", e.path);
+    assert_int_equal(symlink(dir, dlink), 0);
+    snprintf(via, sizeof via, "%s%s", dlink, strrchr(e.path, '/'));
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, via, e.map, &reg, NULL),
+                     KVT_EINVAL);
+    unlink(dlink);
+    /* A fifo (never opened: no writer would make that hang) and another
+     * device than /dev/null. */
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s.fifo", e.path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, fifo, e.map, &reg, NULL),
+                     KVT_EINVAL);
+    unlink(fifo);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, "/dev/zero", e.map, &reg,
+                                          NULL), KVT_EINVAL);
+    /* The client's own file, but not writable by its owner: the daemon
+     * (root here) could write it, the client could not. */
+    assert_int_equal(chmod(e.path, 0400), 0);
+    assert_int_equal(kvt_kv_register_host(c, NS, p, CT, e.path, e.map, &reg, NULL),
+                     KVT_EPERM);
+    assert_non_null(strstr(kvt_last_error(c), "not readable and writable"));
+    assert_int_equal(chmod(e.path, 0600), 0);
     /* Not the client's: another owner (root) or no access (others). */
     if (geteuid() == 0) assert_int_equal(chown(e.path, 65534, 65534), 0);
     else assert_int_equal(chmod(e.path, 0), 0);
@@ -277,6 +305,39 @@ static void test_register_limit(void **state)
     long long t0 = td_now_ms();
     while (kvstats(c).registrations != 0 && td_now_ms() - t0 < 3000) usleep(5000);
     assert_int_equal(kvstats(c).registrations, 0);
+    kve_close(&e);
+    kvt_close(c);
+}
+
+/* A registration creating a namespace counts against the connection's
+ * namespace quota (daemon.ns_per_client, 256 here) like a put does. */
+static void test_register_ns_quota(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    struct kve e;
+    fx_shape s = shape();
+    kvt_kv_reg reg;
+    char ns[64], buf[64] = {0};
+    const void *bp = buf;
+    size_t sz = sizeof buf;
+    kvt_key k = td_key(4242);
+    for (int i = 0; i < 256; i++) {
+        snprintf(ns, sizeof ns, "quota/%d", i);
+        assert_int_equal(kvt_put(c, ns, &k, &bp, &sz, 1, NULL, NULL), KVT_OK);
+    }
+    assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 6), 0);
+    assert_int_equal(kve_register(c, &e, "quota/new", CT, &reg, NULL), KVT_ETOOBIG);
+    assert_non_null(strstr(kvt_last_error(c), "namespace quota"));
+    /* One it holds is fine; so is a new one once one is freed. */
+    assert_int_equal(kve_register(c, &e, "quota/3", CT, &reg, NULL), KVT_OK);
+    uint64_t n = 0;
+    assert_int_equal(kvt_clear(c, "quota/7", &n), KVT_OK);
+    assert_int_equal(kve_register(c, &e, "quota/new", CT, &reg, NULL), KVT_OK);
+    for (int i = 0; i < 256; i++) {
+        snprintf(ns, sizeof ns, "quota/%d", i);
+        assert_int_equal(kvt_clear(c, ns, &n), KVT_OK);
+    }
     kve_close(&e);
     kvt_close(c);
 }
@@ -620,23 +681,34 @@ static void test_namespace_limit(void **state)
 {
     (void)state;
     kvt_client *c = td_connect(&D);
-    kvt_stats s;
-    assert_int_equal(kvt_stats_get(c, &s), KVT_OK);
     uint8_t b[16] = {1};
     const void *bufs[1] = {b};
     size_t len = sizeof b;
     char ns[32];
     kvt_key k = td_key(42);
-    for (uint64_t i = s.namespaces; i < 4096; i++) {
+    /* Fill the table with held namespaces, a fresh connection every 200
+     * (under daemon.ns_per_client): ids nobody holds are reused, so the
+     * refusal comes once every one of the 4096 holds chunks. */
+    kvt_err err = KVT_OK;
+    uint64_t i;
+    for (i = 0; i <= 4096 && err == KVT_OK; i++) {
+        if (i % 200 == 199) {
+            kvt_close(c);
+            c = td_connect(&D);
+        }
         snprintf(ns, sizeof ns, "fill/%llu", (unsigned long long)i);
-        assert_int_equal(kvt_put(c, ns, &k, bufs, &len, 1, NULL, NULL), KVT_OK);
+        err = kvt_put(c, ns, &k, bufs, &len, 1, NULL, NULL);
     }
+    assert_int_equal(err, KVT_ENOSPC);
+    assert_non_null(strstr(kvt_last_error(c), "too many namespaces"));
+    assert_true(i > 4000);
     struct kve e;
     fx_shape sh = shape();
     kvt_kv_reg reg;
     assert_int_equal(kve_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &sh, 20), 0);
     assert_int_equal(kve_register(c, &e, "one/more/ns", CT, &reg, NULL), KVT_ENOSPC);
-    assert_int_equal(kve_register(c, &e, "fill/4000", CT, &reg, NULL), KVT_OK);
+    snprintf(ns, sizeof ns, "fill/%llu", (unsigned long long)(i - 2));
+    assert_int_equal(kve_register(c, &e, ns, CT, &reg, NULL), KVT_OK);
     kve_close(&e);
     kvt_close(c);
 }
@@ -649,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_register_raw),
         cmocka_unit_test(test_register_remote),
         cmocka_unit_test(test_register_limit),
+        cmocka_unit_test(test_register_ns_quota),
         cmocka_unit_test(test_transfer_refused),
         cmocka_unit_test(test_load_absent),
         cmocka_unit_test(test_chunk_size_mismatch),

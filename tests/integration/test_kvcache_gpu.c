@@ -274,7 +274,7 @@ static void test_gpu_register_errors(void **state)
     assert_int_equal(reg_gpu(c, &e, "gpu/err", -1, &reg), KVT_EINVAL);
     faults("check_layout");
     assert_int_equal(reg_gpu(c, &e, "gpu/err", 0, &reg), KVT_EINVAL);
-    assert_non_null(strstr(kvt_last_error(c), "not reachable"));
+    assert_non_null(strstr(kvt_last_error(c), "not usable"));
     faults("ipc_open");
     assert_int_equal(reg_gpu(c, &e, "gpu/err", 0, &reg), KVT_EIO);
     faults("");
@@ -298,6 +298,53 @@ static void test_gpu_register_errors(void **state)
     kvt_kv_stats st;
     assert_int_equal(kvt_kv_stats_get(c, &st), KVT_OK);
     assert_int_equal(st.registrations, 0);
+    deng_close(&e);
+    kvt_close(c);
+}
+
+/* Each tensor must lie inside the allocation its IPC handle opened
+ * (cuMemGetAddressRange of the mapping): an offset past its end, a
+ * tensor running over it, an offset that wraps the address space and a
+ * pointer CUDA knows no allocation of are refused with one text that
+ * says nothing of what is mapped; the same engine, offsets right, works. */
+static void test_gpu_register_bounds(void **state)
+{
+    (void)state;
+    kvt_client *c = td_connect(&D);
+    static struct deng e;
+    fx_shape s = shape();
+    kvt_kv_reg reg;
+    deng_open(&e, KVT_LAYOUT_VLLM_FLASH_NHD, &s, 13);
+    const uint64_t tb = e.h.f.tensor_bytes;
+    const uint64_t bad[] = {tb, tb + 4096, 64, UINT64_MAX - 63, 1ull << 40};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (real && bad[i] == 64) continue; /* may fit the allocation's slack */
+        e.off[1] = bad[i];
+        assert_int_equal(reg_gpu(c, &e, "gpu/bounds", 0, &reg), KVT_EINVAL);
+        assert_non_null(strstr(kvt_last_error(c),
+                               "does not lie inside its IPC allocation"));
+    }
+    e.off[1] = 0;
+    if (!real) {
+        faults("mem_range");
+        assert_int_equal(reg_gpu(c, &e, "gpu/bounds", 0, &reg), KVT_EINVAL);
+        assert_non_null(strstr(kvt_last_error(c),
+                               "does not lie inside its IPC allocation"));
+        faults("");
+    }
+    kvt_kv_stats st;
+    assert_int_equal(kvt_kv_stats_get(c, &st), KVT_OK);
+    assert_int_equal(st.registrations, 0);
+    /* The good one: registered, and a save and load go through it. */
+    assert_int_equal(reg_gpu(c, &e, "gpu/bounds", 0, &reg), KVT_OK);
+    kvt_key k[NK];
+    int32_t ids[NK * 2];
+    for (size_t i = 0; i < NK; i++) k[i] = td_key(1300 + i);
+    for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)i;
+    assert_int_equal(xfer(c, 1, "gpu/bounds", reg, k, ids).err, KVT_OK);
+    for (size_t i = 0; i < NK * 2; i++) ids[i] = (int32_t)(10 + i);
+    assert_int_equal(xfer(c, 0, "gpu/bounds", reg, k, ids).err, KVT_OK);
+    assert_int_equal(kvt_kv_unregister(c, reg), KVT_OK);
     deng_close(&e);
     kvt_close(c);
 }
@@ -510,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_gpu_available),
         cmocka_unit_test(test_gpu_roundtrip),
         cmocka_unit_test(test_gpu_register_errors),
+        cmocka_unit_test(test_gpu_register_bounds),
         cmocka_unit_test(test_gpu_transfer_errors),
         cmocka_unit_test(test_hbm_copies),
         cmocka_unit_test(test_gpu_no_stream),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 #include "kvtier.h"
@@ -152,6 +153,31 @@ static void test_metrics_exposition(void **state)
     assert_int_equal(td_stop(&D), 0);
 }
 
+/* metrics.ns_names = 0: the ns label is a hash of the name, the same for
+ * every per-namespace family; no sample carries the name. */
+static void test_metrics_ns_hashed(void **state)
+{
+    (void)state;
+    const char *extra[] = {"--metrics.listen", "127.0.0.1:0",
+                           "--metrics.ns_names", "0", NULL};
+    assert_int_equal(td_start(&D, extra), 0);
+    kvt_client *c = td_connect(&D);
+    traffic(c);
+    struct prom p;
+    scrape(&D, &p);
+    char l[64], lk[96];
+    snprintf(l, sizeof l, "ns=\"h-%016llx\"",
+             (unsigned long long)XXH3_64bits(NS_ODD, strlen(NS_ODD)));
+    assert_true(prom_get(&p, "kvtier_namespace_chunks", l) == 3);
+    assert_true(prom_get(&p, "kvtier_namespace_bytes", l) == 3 * CHUNK);
+    snprintf(lk, sizeof lk, "%s,op=\"lookup\",tier=\"dram\"", l);
+    assert_true(prom_get(&p, "kvtier_hit_chunks_total", lk) == 3);
+    for (size_t i = 0; i < p.n; i++) assert_null(strstr(p.s[i].labels, "uo"));
+    prom_free(&p);
+    kvt_close(c);
+    assert_int_equal(td_stop(&D), 0);
+}
+
 static void test_notify(void **state)
 {
     (void)state;
@@ -254,6 +280,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_metrics_exposition, teardown),
+        cmocka_unit_test_teardown(test_metrics_ns_hashed, teardown),
         cmocka_unit_test_teardown(test_notify, teardown),
         cmocka_unit_test_teardown(test_drain_finishes, teardown),
         cmocka_unit_test_teardown(test_drain_cancels, teardown),

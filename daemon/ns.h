@@ -1,0 +1,39 @@
+/*
+ * ns.h -- namespace ids: who holds one, when it is reused, and the quota
+ * of namespaces one connection may hold.
+ *
+ * Lifetime: an id is *held* while the index has a slot of it (any state
+ * but FREE: pending writes, ready chunks in any tier, doomed pinned ones)
+ * or something outside the index took a hold (a KV-cache registration, a
+ * parked cluster GET). An id nobody holds keeps its name -- the same name
+ * finds it again -- until a new name needs an id and the table is full:
+ * then it is renamed. Nothing may keep an id across a return to the event
+ * loop without a slot or a hold.
+ */
+#ifndef KVT_NS_H
+#define KVT_NS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+struct kvtierd;
+
+/* May connection pipe (0: the daemon itself) use namespace name, creating
+ * it if it is new or unheld? KVT_OK, or an error with its text in why:
+ * KVT_ETOOBIG past daemon.ns_per_client, KVT_ENOSPC with the table full
+ * of held namespaces. Changes nothing. */
+kvt_err ns_admit(struct kvtierd *d, const char *name, uint32_t pipe,
+                 char *why, size_t why_len);
+/* The id of name, created (or an unheld id renamed) for pipe; NS_NONE when
+ * ns_admit would refuse the table. The caller must hold it before it
+ * returns to the loop (an index slot or ns_hold). No quota check. */
+uint16_t ns_claim(struct kvtierd *d, const char *name, uint32_t pipe);
+void ns_hold(struct kvtierd *d, uint16_t id);
+void ns_unhold(struct kvtierd *d, uint16_t id);
+int ns_held(const struct kvtierd *d, uint16_t id);
+/* Held namespaces that connection pipe created. */
+uint32_t ns_owned(const struct kvtierd *d, uint32_t pipe);
+
+#endif
