@@ -20,10 +20,11 @@
  *
  * A LOOKUP that misses keys here asks each owner of those keys one
  * batched PeerWhoHas (owners that are this node answer at once) and is
- * parked like nvpark.c parks a GET; it is answered when every owner has
- * replied or after cluster.lookup_timeout_ms, with the keys found
- * elsewhere reported as TIER_PEER. Answers, deadlines and shutdown each
- * answer a parked LOOKUP exactly once.
+ * parked (park.c); it is answered when every owner has replied or after
+ * cluster.lookup_timeout_ms (the park's deadline), with the keys found
+ * elsewhere reported as TIER_PEER. If its client leaves first, park.c
+ * drops it and its queries here (lookup_gone). A resolution for pget.c
+ * has no client: its deadline is checked on the tick.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,8 @@
 #include "cluster_int.h"
 #include "kvcache.h"
 #include "kvtierd.h"
-#include "local.h"
 #include "log.h"
-#include "server.h"
+#include "park.h"
 #include "wire.h"
 
 #define GX_HOLDERS 4
@@ -68,10 +68,9 @@ struct gq { /* one PeerWhoHas in flight */
     struct gq *next;
 };
 
-struct gpark { /* one parked LOOKUP */
-    void *later;
-    uint32_t pipe;
-    uint64_t req_id, deadline;
+struct gpark { /* one parked LOOKUP, or a resolution for pget.c */
+    struct park *park; /* the client's request, or NULL */
+    uint64_t deadline; /* a resolution's */
     uint32_t n, pending;
     kvt_key *keys;
     Kvtier__Tier *tiers;
@@ -90,7 +89,6 @@ struct gidx {
     uint32_t sweep_next;
     struct gq *qs;
     struct gpark *parks;
-    uint32_t n_parked_nng;
     uint64_t next_qid, peer_hits, timeouts;
 };
 
@@ -411,18 +409,6 @@ void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
 
 /* ------------------------------------------------------- parked lookups */
 
-static void reply(struct kvtierd *d, struct gpark *p, const Kvtier__Response *rsp)
-{
-    if (p->pipe >= LOCAL_ID_BASE) {
-        local_reply_later(d->local, p->later, rsp);
-        return;
-    }
-    gx_of(d)->n_parked_nng--;
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(d->srv, p->later, m);
-}
-
 static uint32_t leading(const Kvtier__Tier *t, uint32_t n)
 {
     uint32_t i = 0;
@@ -438,15 +424,19 @@ static void park_free(struct gpark *p)
     free(p);
 }
 
-/* Answer p with what it has and free it (its queries must be gone). */
-static void park_finish(struct kvtierd *d, struct gpark *p)
+static void park_unlink(struct gidx *g, struct gpark *p)
 {
-    struct gidx *g = gx_of(d);
     for (struct gpark **pp = &g->parks; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
             break;
         }
+}
+
+/* Answer p with what it has and free it (its queries must be gone). */
+static void park_finish(struct kvtierd *d, struct gpark *p)
+{
+    park_unlink(gx_of(d), p);
     if (p->done) {
         p->done(d, p->arg, p->holder, p->n);
         park_free(p);
@@ -457,10 +447,10 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
     lr.n_tiers = p->n;
     lr.n_present = leading(p->tiers, p->n);
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    rsp.id = p->req_id;
+    rsp.id = park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     rsp.lookup = &lr;
-    reply(d, p, pipe_alive(d, p->pipe) ? &rsp : NULL);
+    park_answer(d, p->park, &rsp);
     park_free(p);
 }
 
@@ -535,17 +525,6 @@ static void send_query(struct kvtierd *d, struct gq *q, uint64_t nsh)
     free(nv);
 }
 
-static void *defer_now(struct kvtierd *d, uint32_t pipe)
-{
-    struct gidx *g = gx_of(d);
-    if (pipe >= LOCAL_ID_BASE) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 8;
-    if (g->n_parked_nng >= (cap ? cap : 1)) return NULL;
-    void *h = server_defer(d->srv);
-    if (h) g->n_parked_nng++;
-    return h;
-}
-
 static struct gpark *park_new(const Kvtier__Lookup *q, const Kvtier__LookupResp *lr)
 {
     struct gpark *p = calloc(1, sizeof *p);
@@ -591,6 +570,22 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     }
 }
 
+static void expire_one(struct kvtierd *d, struct gpark *p);
+
+/* park.c: the client left; its answers, if any come, find no query. */
+static void lookup_gone(struct kvtierd *d, void *owner)
+{
+    park_unlink(gx_of(d), owner);
+    park_discard(gx_of(d), owner);
+}
+
+static void lookup_due(struct kvtierd *d, void *owner)
+{
+    expire_one(d, owner);
+}
+
+static const struct park_ops lookup_ops = {lookup_gone, lookup_due};
+
 int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr)
 {
@@ -599,16 +594,14 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     uint64_t nsh = gx_ns_hash(q->ns);
     struct gpark *p = park_new(q, lr);
     plan(d, p, nsh);
-    if (p->pending) p->later = defer_now(d, pipe);
-    if (!p->later) { /* nothing to ask, or no room to wait: what is known */
+    if (p->pending) p->park = park_defer(d, pipe, req_id, &lookup_ops, p);
+    if (!p->park) { /* nothing to ask, or no room to wait: what is known */
         memcpy(lr->tiers, p->tiers, p->n * sizeof *p->tiers);
         lr->n_present = leading(p->tiers, p->n);
         park_discard(g, p);
         return 0;
     }
-    p->pipe = pipe;
-    p->req_id = req_id;
-    p->deadline = kvtierd_clock(d) + d->cfg.cluster_lookup_ms;
+    park_set_deadline(d, p->park, kvtierd_clock(d) + d->cfg.cluster_lookup_ms);
     p->next = g->parks;
     g->parks = p;
     for (struct gq *x = g->qs; x; x = x->next)
@@ -643,19 +636,24 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
 }
 
 /* Past its deadline: drop the queries still out, answer what is known. */
-static void expire(struct kvtierd *d, uint64_t now)
+static void expire_one(struct kvtierd *d, struct gpark *p)
 {
     struct gidx *g = gx_of(d);
-    for (struct gpark *p = g->parks, *next; p; p = next) {
+    for (struct gq *q = g->qs, *qn; q; q = qn) {
+        qn = q->next;
+        if (q->p != p) continue;
+        g->timeouts++;
+        gq_unlink(g, q);
+    }
+    park_finish(d, p);
+}
+
+/* Resolutions for pget.c (no client, so no park deadline). */
+static void expire(struct kvtierd *d, uint64_t now)
+{
+    for (struct gpark *p = gx_of(d)->parks, *next; p; p = next) {
         next = p->next;
-        if (now < p->deadline) continue;
-        for (struct gq *q = g->qs, *qn; q; q = qn) {
-            qn = q->next;
-            if (q->p != p) continue;
-            g->timeouts++;
-            gq_unlink(g, q);
-        }
-        park_finish(d, p);
+        if (!p->park && now >= p->deadline) expire_one(d, p);
     }
 }
 

@@ -132,9 +132,7 @@ struct kvc_xfer {
 /* A KvWait parked until its transfers finish or its deadline passes. */
 struct kvc_waiter {
     uint32_t pipe;
-    uint64_t req_id;  /* Response.id the client expects */
-    void *later;      /* server_later or local_later, by pipe */
-    uint64_t deadline; /* kvtierd_clock ms */
+    struct park *park; /* park.c: the request, its deadline */
     uint64_t *xfers;
     uint32_t n;
     struct kvc_waiter *next;
@@ -177,9 +175,6 @@ struct kvc {
     uint64_t next_id, stamp;
     struct kvc_waiter *waiters;
     uint32_t n_waiters;
-    uint32_t max_waiters; /* parked on nng: half the server's contexts */
-    nng_aio *timer;       /* fires at the earliest waiter deadline */
-    uint64_t timer_due;   /* 0: not armed */
     struct kvc_pool pool;
     struct kvc_counters st;
     unsigned fault_delay_ms; /* KVT_FAULT_KV_DELAY_MS: sleep per chunk */
@@ -250,12 +245,9 @@ struct kvc_hent *kvh_find(struct kvc *k, uint32_t slot, int device);
 void kvh_drop(struct kvc *k, struct kvc_hent *h);
 void kvh_close(struct kvc *k);
 
-/* kvwait.c: parked KvWait requests. */
-int kvc_wait_init(struct kvc *k);
+/* kvwait.c: parked KvWait requests (their clients leaving: park.c). */
 /* A transfer of pipe finished: answer the waits it completes. */
 void kvc_wait_notify(struct kvc *k, uint32_t pipe);
-/* Answer (pipe gone: just release) every wait of pipe. */
-void kvc_wait_drop_pipe(struct kvc *k, uint32_t pipe);
 void kvc_wait_close(struct kvc *k);
 
 #endif

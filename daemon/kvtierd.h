@@ -67,6 +67,7 @@ struct metrics_http;
 struct nvs;
 struct journal;
 struct cluster;
+struct park_table;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -86,6 +87,7 @@ struct kvtierd {
     struct nvs *nvs;       /* the NVMe tier and its policy, or NULL (nvstore.c) */
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
     struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
+    struct park_table *park; /* requests answered later (park.c) */
     uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */

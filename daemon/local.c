@@ -19,7 +19,7 @@
  * than max_msg_bytes gets a KVT_ETOOBIG reply and its bytes are skipped, so
  * the connection stays in step and stays up. Connection ids live above
  * LOCAL_ID_BASE, so leases are owned by either kind of connection alike.
- * A handler may park its request (local_defer, for KvWait): the
+ * A handler may park its request (local_defer, through park.c): the
  * connection is then not read from until the reply goes out, so replies
  * stay in request order.
  */

@@ -44,6 +44,7 @@
 #include "metrics_http.h"
 #include "notify.h"
 #include "nvstore.h"
+#include "park.h"
 #include "server.h"
 #include "wire.h"
 
@@ -297,7 +298,7 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (open_tiers(d) != 0) return -1;
+    if (park_open(d) != 0 || open_tiers(d) != 0) return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
         cluster_open(d) != 0)
@@ -501,12 +502,13 @@ static int run_loop(struct kvtierd *d)
     int rc = loop_open(d, &lp);
     while (rc == 0 && lp.running) {
         struct epoll_event evs[8];
-        int n = epoll_wait(lp.ep, evs, 8, -1);
+        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d));
         if (n < 0 && errno != EINTR) {
             log_error("main", "epoll_wait: %s", strerror(errno));
             rc = -1;
         }
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
+        if (lp.running) park_run_due(d);
         if (d->evict_target) store_watermark(d);
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
     }
@@ -528,6 +530,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     cluster_close(d);
+    park_close(d); /* what no module answered: dropped, before the transports */
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);

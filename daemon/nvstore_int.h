@@ -52,10 +52,7 @@ enum park_kind { PARK_GET = 1, PARK_FLUSH, PARK_VERIFY };
 /* A request answered later. */
 struct nvs_park {
     enum park_kind kind;
-    uint32_t pipe;
-    uint64_t req_id;
-    void *later;         /* server_later or local_later */
-    uint64_t deadline;   /* kvtierd_clock ms; 0: none */
+    struct park *park;   /* park.c: connection, request id, deadline */
     /* GET */
     uint16_t ns;
     int inline_;
@@ -95,10 +92,8 @@ struct nvs {
     uint64_t full_until;     /* kvtierd_clock ms: no space, do not try */
     int full_logged;
     struct nvs_worker w;
-    int ep, tfd;             /* epoll over the ring's eventfd + timer */
-    uint64_t timer_due;
+    int ep;                  /* epoll over the ring's eventfd */
     struct nvs_park *parks;
-    uint32_t n_parked_nng;
     struct nvs_scrub *scrub;
     int closing;             /* shutdown: start no new reads */
     struct nvs_stats st;
@@ -124,7 +119,6 @@ void nvs_fill_rec(const struct kvtierd *d, uint32_t slot, struct nvx_rec *r);
 
 /* nvpark.c */
 void nvs_park_notify(struct kvtierd *d);
-void nvs_park_timer(struct kvtierd *d);
 void nvs_flush_progress(struct kvtierd *d, struct nvs_flush *f);
 void nvs_park_quiesce(struct kvtierd *d);
 void nvs_scrub_tick(struct kvtierd *d);

@@ -13,12 +13,13 @@
  * a worker thread (results come back through the peer tier's fd, so the
  * core never reads a whole chunk), and only then commits the chunk as a
  * local replica; the holder is told to
- * unpin as soon as its chunks are in. The GET is parked (as nvpark.c
- * parks one for NVMe) and answered with the local prefix extended by the
- * verified chunks, once every fetch has ended or at its deadline
- * (Get.deadline_ms, else nvme.get_deadline_ms): then fetches still in
- * flight are cancelled, and their reserved space is freed only when UCX
- * has let go of it. A bad checksum, a failed fetch or a dead holder is a
+ * unpin as soon as its chunks are in. The GET is parked (park.c) and
+ * answered with the local prefix extended by the verified chunks, once
+ * every fetch has ended or at the park's deadline (Get.deadline_ms, else
+ * nvme.get_deadline_ms): then fetches still in flight are cancelled, and
+ * their reserved space is freed only when UCX has let go of it. A GET
+ * whose client leaves is settled the same way, with no answer sent
+ * (get_gone): fetches in flight end on their own and free their space. A bad checksum, a failed fetch or a dead holder is a
  * miss, counted; no byte of an unverified chunk is ever visible.
  *
  * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
@@ -33,11 +34,10 @@
 #include "fault.h"
 #include "kvcache.h"
 #include "kvtierd.h"
-#include "local.h"
 #include "log.h"
 #include "nvstore.h" /* handle_get_answer */
+#include "park.h"
 #include "peer.h"
-#include "server.h"
 #include "wire.h"
 
 #define PG_REAP_MS 10000 /* an answered GET waits this long for holders */
@@ -66,7 +66,7 @@ struct ppin { /* one PeerPin sent, until its chunks are in */
 
 struct pget {
     struct kvtierd *d;
-    void *later;
+    struct park *park; /* while parked; NULL once answered or never */
     uint32_t pipe;
     uint64_t req_id, deadline;
     uint16_t ns;
@@ -109,7 +109,6 @@ struct pgs {
     struct ppin *pins;
     struct hpin *hpins;
     uint64_t next_id;
-    uint32_t n_parked_nng;
     uint64_t hits, bad_csum, fetch_failed, expired;
 };
 
@@ -233,18 +232,6 @@ static void send_unpin(struct kvtierd *d, uint32_t holder, uint64_t id)
     cl_send(d, m, &pm);
 }
 
-static void reply(struct kvtierd *d, struct pget *g, const Kvtier__Response *rsp)
-{
-    if (g->pipe >= LOCAL_ID_BASE) {
-        local_reply_later(d->local, g->later, rsp);
-        return;
-    }
-    pg_of(d)->n_parked_nng--;
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(d->srv, g->later, m);
-}
-
 static void pget_free(struct kvtierd *d, struct pget *g)
 {
     struct pgs *s = pg_of(d);
@@ -289,7 +276,8 @@ static void unpin_local(struct kvtierd *d, struct pget *g)
             store_free(d, g->slots[k]), g->slots[k] = IDX_NONE;
 }
 
-/* Answer with the local prefix plus the verified chunks that follow. */
+/* Answer with the local prefix plus the verified chunks that follow
+ * (nothing is sent once the client left: g->park is NULL then). */
 static void answer(struct kvtierd *d, struct pget *g)
 {
     commit_fetched(d, g);
@@ -298,15 +286,15 @@ static void answer(struct kvtierd *d, struct pget *g)
     while (n < g->n_keys && g->slots[n] != IDX_NONE &&
            idx_at(&d->idx, g->slots[n])->state == IDX_READY)
         n++;
+    g->answered = 1;
+    if (!g->park) return;
     Kvtier__Response rsp;
     void *scratch = NULL;
-    int alive = pipe_alive(d, g->pipe);
-    if (alive)
-        handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
-                          n, &rsp, &scratch);
-    reply(d, g, alive ? &rsp : NULL);
-    if (alive) handle_response_free(&rsp, scratch);
-    g->answered = 1;
+    handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
+                      n, &rsp, &scratch);
+    park_answer(d, g->park, &rsp);
+    g->park = NULL;
+    handle_response_free(&rsp, scratch);
 }
 
 static void ppin_free(struct kvtierd *d, struct ppin *p)
@@ -550,17 +538,6 @@ static void resolved(struct kvtierd *d, void *arg, const uint32_t *holders, uint
     settle(d, g);
 }
 
-static void *defer_now(struct kvtierd *d, uint32_t pipe)
-{
-    struct pgs *s = pg_of(d);
-    if (pipe >= LOCAL_ID_BASE) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 8;
-    if (s->n_parked_nng >= (cap ? cap : 1)) return NULL;
-    void *h = server_defer(d->srv);
-    if (h) s->n_parked_nng++;
-    return h;
-}
-
 static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t ns,
                              const uint32_t *slots, size_t n)
 {
@@ -583,6 +560,32 @@ static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t n
     return g;
 }
 
+/* Past the deadline: answer with what is verified, cancel the rest. */
+static void expire(struct kvtierd *d, struct pget *g)
+{
+    pg_of(d)->expired++;
+    for (uint32_t k = g->n_local; k < g->n_keys; k++)
+        if (g->it[k].f) peer_cancel(d->cl->pt, g->it[k].f);
+    answer(d, g);
+    maybe_free(d, g);
+}
+
+/* park.c: the client left. Settle as an answer would, sending nothing. */
+static void get_gone(struct kvtierd *d, void *owner)
+{
+    struct pget *g = owner;
+    g->park = NULL;
+    answer(d, g);
+    maybe_free(d, g);
+}
+
+static void get_due(struct kvtierd *d, void *owner)
+{
+    expire(d, owner);
+}
+
+static const struct park_ops get_ops = {get_gone, get_due};
+
 int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier__Get *q,
                 const uint32_t *slots, size_t n)
 {
@@ -601,21 +604,14 @@ int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier_
     gx_resolve(d, g->keys + n, g->n_keys - (uint32_t)n, gx_ns_hash(q->ns), resolved, g);
     g->sync = 0;
     int waiting = g->pins_out || g->fetching || g->resolving;
-    if (waiting && (g->later = defer_now(d, pipe))) return 1;
+    if (waiting && (g->park = park_defer(d, pipe, req_id, &get_ops, g))) {
+        park_set_deadline(d, g->park, g->deadline);
+        return 1;
+    }
     unpin_local(d, g); /* answered now, by the caller, with the local prefix */
     g->answered = 1;   /* what is in flight ends without a reply */
     maybe_free(d, g);
     return 0;
-}
-
-/* Past the deadline: answer with what is verified, cancel the rest. */
-static void expire(struct kvtierd *d, struct pget *g)
-{
-    pg_of(d)->expired++;
-    for (uint32_t k = g->n_local; k < g->n_keys; k++)
-        if (g->it[k].f) peer_cancel(d->cl->pt, g->it[k].f);
-    answer(d, g);
-    maybe_free(d, g);
 }
 
 /* Pins a holder never answered, long after their GET was answered. */
@@ -637,11 +633,7 @@ void pg_tick(struct kvtierd *d)
     if (!s) return;
     uint64_t now = kvtierd_clock(d);
     hpins_drop(d, 0, now, 0);
-    for (struct pget *g = s->gets, *next; g; g = next) {
-        next = g->next;
-        if (!g->answered && now >= g->deadline) expire(d, g);
-    }
-    reap(d, now);
+    reap(d, now); /* parked GETs' deadlines are park.c's */
     if (d->cl->pt) peer_progress(d->cl->pt);
     collect(d);
 }
