@@ -18,6 +18,18 @@
  * all the same: answers name only holders alive at the owner, and the
  * asker checks again against its own view.
  *
+ * Views settle one node at a time, so for a while after a change an
+ * asker's owners of a key may not be told yet (its holder has not seen
+ * the change, or its republish is on the way), while the owners that
+ * were told before no longer count. A negative from such owners would
+ * turn a hit into a miss with nothing cached having changed (issue 10:
+ * a LOOKUP flapped from 8 to 2). So for cluster.failure_timeout_ms after
+ * each change -- the time views take to agree -- an owner keeps the
+ * entries it no longer owns (and answers from them), and an asker asks
+ * one more owner per change in that window: one member joining moves
+ * each key's owners down by at most one rank, so the owners from before
+ * are among those asked.
+ *
  * A LOOKUP that misses keys here asks each owner of those keys one
  * batched PeerWhoHas (owners that are this node answer at once) and is
  * parked (park.c); it is answered when every owner has replied or after
@@ -85,6 +97,8 @@ struct gidx {
     uint32_t used, cap, free_head, count;
     uint32_t *bucket, mask;
     int repub;           /* republishing after a membership change */
+    uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
+    uint32_t changes;    /* changes since the view was last settled */
     uint32_t repub_next; /* next local index slot */
     uint32_t sweep_next;
     struct gq *qs;
@@ -147,11 +161,11 @@ static uint32_t ent_new(struct gidx *g, const kvt_key *k, uint64_t nsh)
         }
         i = g->used++;
     }
-    if (++g->count > g->mask + 1) rehash(g, (g->mask + 1) * 2);
     struct gx_ent *e = &g->e[i];
-    memset(e, 0, sizeof *e);
+    memset(e, 0, sizeof *e); /* n = 0: a rehash now leaves it out */
     e->key = *k;
     e->nsh = nsh;
+    if (++g->count > g->mask + 1) rehash(g, (g->mask + 1) * 2);
     uint32_t h = hash_of(g, k, nsh);
     e->next = g->bucket[h];
     g->bucket[h] = i;
@@ -212,12 +226,14 @@ static uint64_t score(const kvt_key *k, uint64_t nsh, uint32_t id)
     return XXH3_64bits_withSeed(k->b, KVT_KEY_LEN, nsh ^ (id * 0x9E3779B97F4A7C15ull));
 }
 
-/* The owners of (k, nsh), best first; returns how many (1..R). */
-static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+/* The r best-scored of the live members and this node for (k, nsh),
+ * best first; returns how many (1..r). */
+static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t r,
+                           uint32_t *out)
 {
     struct cluster *c = d->cl;
     uint64_t sc[GX_MAX_REPLICAS];
-    uint32_t r = (uint32_t)d->cfg.cluster_replicas, n = 0;
+    uint32_t n = 0;
     if (r > GX_MAX_REPLICAS) r = GX_MAX_REPLICAS;
     for (uint32_t i = 0; i <= c->n; i++) {
         uint32_t id = i == c->n ? c->self_id : c->m[i].id, j;
@@ -234,6 +250,30 @@ static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32
         out[j] = id;
     }
     return n;
+}
+
+/* The owners of (k, nsh), best first; returns how many (1..R). */
+static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+{
+    return top_scored(d, k, nsh, (uint32_t)d->cfg.cluster_replicas, out);
+}
+
+/* 1 once views had cluster.failure_timeout_ms to agree since the last
+ * membership change. */
+static int settled(struct kvtierd *d)
+{
+    const struct gidx *g = gx_of(d);
+    return kvtierd_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
+}
+
+/* Whom to ask about (k, nsh): its owners, and while the view settles one
+ * more per change (the owners from before it). */
+static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
+                              uint32_t *out)
+{
+    uint32_t r = (uint32_t)d->cfg.cluster_replicas;
+    if (!settled(d)) r += gx_of(d)->changes;
+    return top_scored(d, k, nsh, r, out);
 }
 
 static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
@@ -296,6 +336,9 @@ void gx_membership(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
+    if (settled(d)) g->changes = 0;
+    if (g->changes < GX_MAX_REPLICAS) g->changes++;
+    g->changed_ms = kvtierd_clock(d);
     g->repub = 1;
     g->repub_next = 0;
 }
@@ -312,16 +355,18 @@ static void republish_slice(struct kvtierd *d)
     if (g->repub_next >= d->idx.used) g->repub = 0;
 }
 
-/* Drop holders not alive and entries this node no longer owns. */
+/* Drop holders not alive, and entries this node no longer owns once
+ * the view has settled (askers may still count on them until then). */
 static void sweep_slice(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
     struct cluster *c = d->cl;
+    int drop_unowned = settled(d);
     for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->used; k++) {
         uint32_t i = g->sweep_next++ % g->used;
         struct gx_ent *e = &g->e[i];
         if (!e->n) continue;
-        if (!owns(d, &e->key, e->nsh)) {
+        if (drop_unowned && !owns(d, &e->key, e->nsh)) {
             ent_free(g, i);
             continue;
         }
@@ -558,7 +603,7 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     struct cluster *c = d->cl;
     for (uint32_t i = leading(p->tiers, p->n); i < p->n; i++) {
         if (p->tiers[i] != KVTIER__TIER__TIER_NONE) continue;
-        uint32_t o[GX_MAX_REPLICAS], n = owners(d, &p->keys[i], nsh, o);
+        uint32_t o[GX_MAX_REPLICAS], n = owners_to_ask(d, &p->keys[i], nsh, o);
         for (uint32_t j = 0; j < n && p->tiers[i] == KVTIER__TIER__TIER_NONE; j++) {
             if (o[j] != c->self_id) {
                 ask(g, p, o[j], i);

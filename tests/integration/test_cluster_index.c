@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,8 +90,9 @@ static void put_one(int node, uint64_t seed)
     assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
 }
 
-/* LOOKUP of keys seeded first..first+n on node i; tiers out. */
-static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)
+/* LOOKUP of keys seeded first..first+n through client c; tiers out. */
+static uint32_t lookup_on(kvt_client *c, uint64_t first, uint32_t n, int local_only,
+                          int *tiers)
 {
     ProtobufCBinaryData kb[64];
     kvt_key keys[64];
@@ -108,12 +110,17 @@ static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *t
     q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
     q.lookup = &l;
     Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
     assert_int_equal(r->err, 0);
     uint32_t got = r->lookup->n_present;
     for (uint32_t j = 0; tiers && j < n; j++) tiers[j] = r->lookup->tiers[j];
     kvtier__response__free_unpacked(r, NULL);
     return got;
+}
+
+static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)
+{
+    return lookup_on(C[i], first, n, local_only, tiers);
 }
 
 /* Wait until node i finds exactly `want` of the n keys from `first`. */
@@ -172,6 +179,65 @@ static void test_join_and_leave_while_putting(void **state)
         }
         assert_int_equal(wait_found(i, 2200, 30, 0), 0); /* the leaver's: misses */
     }
+}
+
+/* A member joins while the holder has not heard of it yet (stopped): the
+ * owners the asker now counts on have not been told, and the one that was
+ * no longer owns the keys. A LOOKUP that found every key must still find
+ * every key (issue 10: it flapped from 8 to 2). Node A holds 16 chunks;
+ * C joins through A; A stops; B joins through C. */
+static struct tcluster J;
+
+static int wait_found_on(kvt_client *c, uint64_t first, uint32_t n)
+{
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end; usleep(100000))
+        if (lookup_on(c, first, n, 0, NULL) == n) return 0;
+    return -1;
+}
+
+/* Entries in node c's part of the global index. */
+static uint64_t index_entries(kvt_client *c)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    uint64_t n = r->peers->index_entries;
+    kvtier__response__free_unpacked(r, NULL);
+    return n;
+}
+
+static void test_no_flap_while_a_member_joins(void **state)
+{
+    (void)state;
+    uint8_t buf[CHUNK];
+    tc_init(&J, 3);
+    J.seed[1] = 2; /* B joins through C */
+    assert_int_equal(tc_start(&J, 0, 20000, NULL), 0);
+    for (uint64_t s = 0; s < 16; s++) {
+        kvt_key k = td_key(7000 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 7000 + s);
+        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    }
+    assert_int_equal(tc_start(&J, 2, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&J, 2, 1, 0), 0);
+    assert_int_equal(wait_found_on(J.c[2], 7000, 16), 0);
+    for (int t = 0; t < 200 && index_entries(J.c[2]) < 16; t++) usleep(50000);
+    assert_int_equal(index_entries(J.c[2]), 16); /* C owns every key now */
+    kill(J.d[0].pid, SIGSTOP);           /* A hears of nobody new */
+    assert_int_equal(tc_start(&J, 1, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&J, 2, 2, 0), 0);
+    usleep(300000);                      /* a few ticks: sweeps run */
+    assert_int_equal(lookup_on(J.c[2], 7000, 16, 0, NULL), 16);
+    kill(J.d[0].pid, SIGCONT);
+    assert_int_equal(tc_wait_alive(&J, 0, 2, 0), 0);
+    assert_int_equal(lookup_on(J.c[2], 7000, 16, 0, NULL), 16);
+    assert_int_equal(wait_found_on(J.c[1], 7000, 16), 0);
+    assert_int_equal(tc_teardown(&J), 0);
 }
 
 static uint64_t node2_inc;
@@ -279,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_put_on_a_lookup_on_c),
         cmocka_unit_test(test_malformed_index_messages),
         cmocka_unit_test(test_join_and_leave_while_putting),
+        cmocka_unit_test(test_no_flap_while_a_member_joins),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -91,7 +91,10 @@ int td_start(struct tdaemon *d, const char *const *extra)
             kvt_close(c);
             return 0;
         }
-        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) break;
+        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+            d->pid = 0; /* reaped: never signal that pid again */
+            break;
+        }
         usleep(20000);
     }
     fprintf(stderr, "td_start: kvtierd did not come up; log %s\n", d->log);
@@ -195,15 +198,13 @@ void tc_init(struct tcluster *c, int n)
 {
     memset(c, 0, sizeof *c);
     c->n = n;
-    for (int i = 0; i < n; i++)
-        snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d", td_free_port());
 }
 
-int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
+static int start_once(struct tcluster *c, int i, int fail_ms, const char *const *extra)
 {
     char id[16], fail[32];
     const char *argv[64] = {"--cluster.node_id", id, "--cluster.listen", c->url[i],
-                            "--cluster.seeds", i ? c->url[0] : "",
+                            "--cluster.seeds", i ? c->url[c->seed[i]] : "",
                             "--cluster.heartbeat_ms", "100",
                             "--cluster.failure_timeout_ms", fail};
     int n = 10;
@@ -211,9 +212,25 @@ int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
     snprintf(fail, sizeof fail, "%d", fail_ms);
     for (int k = 0; extra && extra[k] && n < 62; k++) argv[n++] = extra[k];
     argv[n] = NULL;
-    if (td_start(&c->d[i], argv) != 0) return -1;
-    c->c[i] = td_connect(&c->d[i]);
-    return 0;
+    return td_start(&c->d[i], argv);
+}
+
+/* The port is picked just before the start, and picked again if another
+ * process took it meanwhile (a free port is only free when looked at). */
+int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        if (tries || !c->url[i][0])
+            snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d", td_free_port());
+        if (start_once(c, i, fail_ms, extra) == 0) {
+            c->c[i] = td_connect(&c->d[i]);
+            return 0;
+        }
+        int busy = td_log_has(&c->d[i], "Address in use");
+        td_kill(&c->d[i]);
+        if (!busy) return -1;
+    }
+    return -1;
 }
 
 int tc_stop(struct tcluster *c, int i)

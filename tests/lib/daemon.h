@@ -48,7 +48,7 @@ int td_alive(const struct tdaemon *d);
 /*
  * Clusters of real daemons on loopback: node i (0-based) has node id i+1,
  * listens on url[i] (a free port picked by tc_init) and is seeded by node
- * 0. Heartbeats every 100 ms; a node silent for fail_ms is dead.
+ * seed[i] (node 0 unless set; node 0 itself has no seed). Heartbeats every 100 ms; a node silent for fail_ms is dead.
  */
 #define TC_MAX 4
 struct tcluster {
@@ -56,11 +56,12 @@ struct tcluster {
     struct tdaemon d[TC_MAX];
     char url[TC_MAX][64];
     kvt_client *c[TC_MAX]; /* one client per started node */
+    int seed[TC_MAX];      /* node i's seed is node seed[i] (default 0) */
 };
-/* Names and ports for n nodes; starts nothing. */
+/* n nodes, none started; ports are picked as each starts. */
 void tc_init(struct tcluster *c, int n);
 /* Start node i with the cluster args, then extra (NULL-ended, may be
- * NULL), and connect c->c[i]. 0, or -1. */
+ * NULL), and connect c->c[i]. url[i] is set by then. 0, or -1. */
 int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra);
 /* Close node i's client, SIGTERM it: 0, or -1 if it did not stop
  * cleanly (a sanitizer report is an unclean stop). */
