@@ -40,6 +40,7 @@
 
 #include "gpu.h"
 #include "kvtierd.h"
+#include "workq.h"
 #include "layout.h"
 #include "tier.h"
 
@@ -109,7 +110,6 @@ struct kvc_xfer {
     uint32_t pipe;
     uint8_t kind;     /* enum kvc_kind */
     uint8_t state;    /* enum kvc_xstate */
-    uint8_t queued;   /* on the worker queue (kvc_pool.mtx) */
     uint8_t orphan;   /* its connection closed: discard the result */
     atomic_int cancel; /* core -> worker: stop at the next chunk */
     struct kvc_reg *reg; /* holds a reference */
@@ -126,7 +126,7 @@ struct kvc_xfer {
     char msg[KVC_MSG];
     uint64_t stamp;   /* KvWait duplicate check */
     struct kvc_xfer *hnext; /* id hash chain */
-    struct kvc_xfer *qnext; /* worker queue */
+    struct wq_job job;      /* on the workers' queue (workq.c) */
 };
 
 /* A KvWait parked until its transfers finish or its deadline passes. */
@@ -145,14 +145,8 @@ struct kvc_wk {
 };
 
 struct kvc_pool {
-    pthread_t th[KVC_WORKERS];
-    struct kvc_wk wk[KVC_WORKERS];
-    int n_th;
-    int inited;
-    pthread_mutex_t mtx; /* guards head/tail, stop, kvc_xfer.queued */
-    pthread_cond_t cv;
-    struct kvc_xfer *head, *tail;
-    int stop;
+    struct workq *q;               /* KVC_WORKERS threads (workq.c) */
+    struct kvc_wk wk[KVC_WORKERS]; /* each worker's own */
 };
 
 struct kvc_counters {
@@ -223,7 +217,8 @@ uint64_t kvc_new_id(struct kvc *k);
 
 /* kvxfer.c: the workers. */
 int kvc_pool_start(struct kvc *k);
-/* Join the workers; transfers still queued stay queued. */
+/* Join the workers; transfers still queued are not run, and results not
+ * yet handed back are dropped: the caller settles every transfer. */
 void kvc_pool_stop(struct kvc *k);
 void kvc_pool_push(struct kvc *k, struct kvc_xfer *x);
 /* Take x off the queue if no worker has it yet: 1 if taken. */

@@ -68,6 +68,7 @@ struct nvs;
 struct journal;
 struct cluster;
 struct park_table;
+struct wq_cq;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -88,6 +89,7 @@ struct kvtierd {
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
     struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
     struct park_table *park; /* requests answered later (park.c) */
+    struct wq_cq *cq;      /* workers' finished jobs (workq.c) */
     uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */

@@ -335,8 +335,8 @@ static void scrub_verified(struct kvtierd *d, struct nvs_job *j)
     struct nvs_scrub *sc = nvs_of(d)->scrub;
     sc->checked++;
     nvs_of(d)->st.scrubbed++;
-    sc->bytes += j->n;
-    scrub_end(d, c, !j->ok);
+    sc->bytes += j->c.n;
+    scrub_end(d, c, !j->c.ok);
 }
 
 /* The header must name the chunk the index says lies there. */
@@ -367,8 +367,7 @@ static void scrub_read(void *arg, kvt_err err)
         scrub_end(d, c, 1);
         return;
     }
-    c->job = (struct nvs_job){c->buf + NVME_HDR, e->size, e->csum, 0, scrub_verified, c, NULL};
-    nvs_worker_submit(d, &c->job);
+    nvs_check(d, &c->job, c->buf + NVME_HDR, e->size, e->csum, scrub_verified, c);
 }
 
 static int scrubbable(const struct kvtierd *d, uint32_t slot)

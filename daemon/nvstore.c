@@ -428,8 +428,7 @@ int nvs_fd(const struct kvtierd *d)
 void nvs_poll(struct kvtierd *d)
 {
     struct nvs *s = d->nvs;
-    uring_poll(s->tier->ring);
-    nvs_worker_collect(d);
+    uring_poll(s->tier->ring); /* checksum verdicts come through d->cq */
 }
 
 void nvs_tick(struct kvtierd *d)
@@ -447,7 +446,7 @@ void nvs_quiesce(struct kvtierd *d)
     s->closing = 1;
     while (s->reads || s->writes || (s->scrub && s->scrub->inflight)) {
         uring_drain(s->tier->ring);
-        nvs_worker_collect(d);
+        wq_cq_poll(d->cq); /* checksum verdicts */
         if (s->reads || (s->scrub && s->scrub->inflight)) usleep(200);
     }
     nvs_park_quiesce(d);

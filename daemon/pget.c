@@ -10,8 +10,9 @@
  * death. The requester reserves DRAM for each chunk (store_reserve: the
  * slot stays PENDING, invisible), pulls the bytes with UCX one-sided gets
  * straight into it (tiers/peer.c), has the XXH3-64 checksum verified on
- * a worker thread (results come back through the peer tier's fd, so the
- * core never reads a whole chunk), and only then commits the chunk as a
+ * a worker thread (a workq.c queue; verdicts come back through the
+ * daemon's completion queue, so the core never reads a whole chunk), and
+ * only then commits the chunk as a
  * local replica; the holder is told to
  * unpin as soon as its chunks are in. The GET is parked (park.c) and
  * answered with the local prefix extended by the verified chunks, once
@@ -26,7 +27,7 @@
  * it pins (restored at unpin): what a requester pulls then fails its
  * checksum.
  */
-#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@
 #include "park.h"
 #include "peer.h"
 #include "wire.h"
+#include "workq.h"
 
 #define PG_REAP_MS 10000 /* an answered GET waits this long for holders */
 
@@ -47,6 +49,7 @@ enum { PI_NONE = 0, PI_FETCH, PI_VERIFY, PI_OK, PI_MISS };
 struct pget;
 
 struct pitem { /* one key fetched from a peer */
+    struct wq_csum check; /* its checksum, on the worker */
     struct pget *g;
     struct ppin *pin;
     uint32_t slot;
@@ -86,25 +89,8 @@ struct hpin { /* holder side: chunks pinned for a peer */
     struct hpin *next;
 };
 
-struct cjob { /* a fetched chunk's checksum, computed off the core */
-    struct pitem *it;
-    const void *p;
-    uint64_t n, want;
-    int ok;
-    struct cjob *next;
-};
-
-struct cworker {
-    pthread_t th;
-    pthread_mutex_t mu; /* guards in, out, stop */
-    pthread_cond_t cv;
-    struct cjob *in, *out;
-    int stop, started;
-    struct peer_tier *pt; /* kicked when out gains a job */
-};
-
 struct pgs {
-    struct cworker w;
+    struct workq *wq; /* checksums of fetched chunks; NULL: no peer tier */
     struct pget *gets;
     struct ppin *pins;
     struct hpin *hpins;
@@ -336,57 +322,21 @@ static void item_done(struct kvtierd *d, struct pitem *it)
 }
 
 /* The worker's verdict on a fetched chunk (core thread). */
-static void verified(struct kvtierd *d, struct cjob *j)
+static void verified(struct wq_job *j)
 {
-    struct pitem *it = j->it;
-    if (!j->ok) {
+    struct pitem *it = (struct pitem *)((char *)j - offsetof(struct pitem, check));
+    struct kvtierd *d = it->g->d;
+    if (!it->check.ok) {
         pg_of(d)->bad_csum++;
         log_warn("peer", "chunk from node %u failed its checksum: a miss",
                  (unsigned)it->pin->holder);
         it->st = PI_MISS;
     } else {
         struct member *m = cl_find(d->cl, it->pin->holder);
-        if (m) m->bytes_in += j->n;
+        if (m) m->bytes_in += it->check.n;
         it->st = PI_OK;
     }
-    free(j);
     item_done(d, it);
-}
-
-static void *cworker_main(void *arg)
-{
-    struct cworker *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!w->in && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        struct cjob *j = w->in;
-        if (!j) break; /* stopping, and nothing left to check */
-        w->in = j->next;
-        pthread_mutex_unlock(&w->mu);
-        j->ok = kvt_checksum(j->p, j->n) == j->want;
-        pthread_mutex_lock(&w->mu);
-        j->next = w->out;
-        w->out = j;
-        peer_kick(w->pt);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-/* Run the verdicts the worker has ready. Core thread. */
-static void collect(struct kvtierd *d)
-{
-    struct cworker *w = &pg_of(d)->w;
-    if (!w->started) return;
-    pthread_mutex_lock(&w->mu);
-    struct cjob *j = w->out;
-    w->out = NULL;
-    pthread_mutex_unlock(&w->mu);
-    while (j) {
-        struct cjob *next = j->next;
-        verified(d, j);
-        j = next;
-    }
 }
 
 /* A fetch ended: a failure settles the item now; bytes go to the worker
@@ -398,22 +348,16 @@ static void fetched(void *arg, int status)
     struct kvtierd *d = g->d;
     struct pgs *s = pg_of(d);
     it->f = NULL;
-    if (status != 0 || !s->w.started) {
+    if (status != 0 || !s->wq) {
         s->fetch_failed += status != 0;
         it->st = PI_MISS;
         item_done(d, it);
         return;
     }
-    struct cjob *j = calloc(1, sizeof *j);
-    if (!j) abort(); /* control-plane allocation */
-    *j = (struct cjob){it, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
-                       it->csum, 0, NULL};
+    wq_csum_init(&it->check, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
+                 it->csum, verified);
     it->st = PI_VERIFY;
-    pthread_mutex_lock(&s->w.mu);
-    j->next = s->w.in;
-    s->w.in = j;
-    pthread_cond_signal(&s->w.cv);
-    pthread_mutex_unlock(&s->w.mu);
+    wq_submit(s->wq, &it->check.job);
 }
 
 /* Start pulling item k of g from the holder's pool. */
@@ -635,14 +579,12 @@ void pg_tick(struct kvtierd *d)
     hpins_drop(d, 0, now, 0);
     reap(d, now); /* parked GETs' deadlines are park.c's */
     if (d->cl->pt) peer_progress(d->cl->pt);
-    collect(d);
 }
 
 void pg_poll(struct kvtierd *d)
 {
     if (!pg_of(d) || !d->cl->pt) return;
     peer_progress(d->cl->pt);
-    collect(d);
 }
 
 /* m died or restarted: its pins here go, our pins there are misses, and
@@ -679,14 +621,11 @@ int pg_open(struct kvtierd *d)
         log_warn("peer", "no peer tier (GETs stay local): %s", err);
         return 0;
     }
-    s->w.pt = d->cl->pt;
-    pthread_mutex_init(&s->w.mu, NULL);
-    pthread_cond_init(&s->w.cv, NULL);
-    if (pthread_create(&s->w.th, NULL, cworker_main, &s->w) != 0) {
+    struct wq_opts o = {.name = "peer-checksum", .threads = 1, .cq = d->cq};
+    if (workq_open(&o, &s->wq) != 0) {
         log_error("peer", "cannot start the checksum worker");
         return -1;
     }
-    s->w.started = 1;
     log_info("peer", "peer tier ready: DRAM pool registered with UCX");
     return 0;
 }
@@ -705,16 +644,8 @@ void pg_close(struct kvtierd *d)
         d->cl->m[i].conn = NULL;
     }
     if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
-    if (!s->w.started) return;
-    pthread_mutex_lock(&s->w.mu);
-    s->w.stop = 1; /* the worker checks what is queued, then exits */
-    pthread_cond_signal(&s->w.cv);
-    pthread_mutex_unlock(&s->w.mu);
-    pthread_join(s->w.th, NULL);
-    collect(d);
-    s->w.started = 0;
-    pthread_mutex_destroy(&s->w.mu);
-    pthread_cond_destroy(&s->w.cv);
+    workq_close(s->wq, WQ_DRAIN); /* checks what is queued; verdicts applied */
+    s->wq = NULL;
 }
 
 /* After gx_close (resolutions answered): free what is left. */
