@@ -34,50 +34,35 @@
 #define NS "cl/idx"
 #define CHUNK 4096
 
-static struct tdaemon D[MAXN];
-static char url[MAXN][64];
-static kvt_client *C[MAXN];
+static struct tcluster T;
+#define D T.d
+#define url T.url
+#define C T.c
 
 static int start_node(int i)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", i + 1);
-    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
-                           "--cluster.seeds", i ? url[0] : "",
-                           "--cluster.heartbeat_ms", "100",
-                           "--cluster.failure_timeout_ms", "2000", NULL};
-    if (td_start(&D[i], extra) != 0) return -1;
-    C[i] = td_connect(&D[i]);
-    return 0;
+    return tc_start(&T, i, 2000, NULL);
 }
 
 /* 0, or -1 if the daemon did not stop cleanly (a sanitizer report). */
 static int stop_node(int i)
 {
-    if (C[i]) kvt_close(C[i]);
-    C[i] = NULL;
-    return D[i].pid > 0 && td_stop(&D[i]) != 0 ? -1 : 0;
+    return tc_stop(&T, i);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    for (int i = 0; i < MAXN; i++)
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
+    tc_init(&T, MAXN);
     for (int i = 0; i < 3; i++)
-        if (start_node(i) != 0) return -1;
+        if (start_node(i) != 0) return tc_teardown(&T), -1;
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = 0;
-    for (int i = 0; i < MAXN; i++) {
-        if (stop_node(i) != 0) rc = -1;
-        td_cleanup(&D[i]);
-    }
-    return rc;
+    return tc_teardown(&T);
 }
 
 static void put_one(int node, uint64_t seed)

@@ -223,6 +223,7 @@ int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
         if (tries || !c->url[i][0])
             snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d", td_free_port());
         if (start_once(c, i, fail_ms, extra) == 0) {
+            if (c->c[i]) kvt_close(c->c[i]); /* a restart: the old one's */
             c->c[i] = td_connect(&c->d[i]);
             return 0;
         }
