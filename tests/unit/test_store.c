@@ -174,9 +174,10 @@ static void test_leases_die_with_their_pipe(void **state)
     idx_pin(&D->idx, r);
     assert_ptr_equal(lease_find(D, w->id), w);
     assert_int_equal(store_used(D), 3 * CH);
+    uint64_t wid = w->id, rid = rd->id; /* both are freed below */
     lease_drop_pipe(D, 7);
-    assert_null(lease_find(D, w->id));
-    assert_null(lease_find(D, rd->id));
+    assert_null(lease_find(D, wid));
+    assert_null(lease_find(D, rid));
     assert_ptr_equal(lease_find(D, other->id), other);
     assert_int_equal(find(NS0, 41), IDX_NONE);     /* uncommitted: freed */
     assert_int_equal(idx_at(&D->idx, r)->pins, 1); /* pipe 8's pin stays */
