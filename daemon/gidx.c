@@ -343,6 +343,14 @@ void gx_membership(struct kvtierd *d)
     g->repub_next = 0;
 }
 
+void gx_republish(struct kvtierd *d)
+{
+    struct gidx *g = gx_of(d);
+    if (!g || g->repub) return;
+    g->repub = 1;
+    g->repub_next = 0;
+}
+
 static void republish_slice(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);

@@ -225,6 +225,38 @@ static void test_no_flap_while_a_member_joins(void **state)
     assert_int_equal(tc_teardown(&J), 0);
 }
 
+/* The holder A stalls (SIGSTOP) past the others' failure timeout but not
+ * its own: B and C take it for dead and drop what it holds, then hear it
+ * again; A saw no change. The owners must learn A's chunks again (A
+ * republishes when a member it holds alive sends it Joins), or every key
+ * they own stays a miss (issue 10). */
+static void test_owners_relearn_after_holder_stall(void **state)
+{
+    (void)state;
+    uint8_t buf[CHUNK];
+    tc_init(&J, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tc_start(&J, i, i == 0 ? 30000 : 1000, NULL), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(tc_wait_alive(&J, i, 2, 0), 0);
+    for (uint64_t s = 0; s < 16; s++) {
+        kvt_key k = td_key(8000 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 8000 + s);
+        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    }
+    assert_int_equal(wait_found_on(J.c[2], 8000, 16), 0);
+    kill(J.d[0].pid, SIGSTOP);
+    for (int t = 0; t < 300 && index_entries(J.c[2]) > 0; t++) usleep(50000);
+    assert_int_equal(index_entries(J.c[2]), 0); /* C took A for dead */
+    kill(J.d[0].pid, SIGCONT);
+    assert_int_equal(tc_wait_alive(&J, 2, 2, 0), 0);
+    assert_int_equal(tc_wait_alive(&J, 1, 2, 0), 0);
+    assert_int_equal(wait_found_on(J.c[2], 8000, 16), 0);
+    assert_int_equal(wait_found_on(J.c[1], 8000, 16), 0);
+    assert_int_equal(tc_teardown(&J), 0);
+}
+
 static uint64_t node2_inc;
 
 static void peers_of(int i, uint64_t *rejected, uint64_t *entries)
@@ -331,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_malformed_index_messages),
         cmocka_unit_test(test_join_and_leave_while_putting),
         cmocka_unit_test(test_no_flap_while_a_member_joins),
+        cmocka_unit_test(test_owners_relearn_after_holder_stall),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
