@@ -345,11 +345,24 @@ static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg
         log_info("peer", "node %u: UCX endpoint ready", (unsigned)m->id);
 }
 
-static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+/* A Join from a member we hold alive, same incarnation: it took us for
+ * dead (or never heard us), so as an owner it dropped what we hold while
+ * our own view did not change. Tell the owners again. */
+static void on_join_from_alive(struct kvtierd *d, struct member *m)
+{
+    send_heartbeat(d, m);
+    gx_republish(d);
+}
+
+static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
+                     int was_alive)
 {
     learn_ucx(d, m, pm);
     switch (pm->body_case) {
-    case KVTIER__PEER_MSG__BODY_JOIN: send_heartbeat(d, m); break;
+    case KVTIER__PEER_MSG__BODY_JOIN:
+        if (was_alive) on_join_from_alive(d, m);
+        else send_heartbeat(d, m);
+        break;
     case KVTIER__PEER_MSG__BODY_HEARTBEAT: on_heartbeat(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
@@ -384,8 +397,9 @@ static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
     } else if ((why = gx_check(d, m, pm)) || (why = pg_check(d, m, pm))) {
         cl_reject(c, pm, why);
     } else {
+        int was_alive = cl_alive(m) && pm->incarnation == m->inc;
         heard(d, m, pm, len);
-        dispatch(d, m, pm);
+        dispatch(d, m, pm, was_alive);
     }
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }

@@ -80,6 +80,9 @@ void gx_close(struct kvtierd *d);
 void gx_tick(struct kvtierd *d);
 /* Membership changed: owners move; republish what this node holds. */
 void gx_membership(struct kvtierd *d);
+/* Owners may have dropped what this node holds (a member took it for
+ * dead): republish it, unless a republish is under way. */
+void gx_republish(struct kvtierd *d);
 /* Why an index message from member m is malformed, or NULL. Checked
  * before the message counts for anything (liveness included). */
 const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);

@@ -18,12 +18,25 @@
  * all the same: answers name only holders alive at the owner, and the
  * asker checks again against its own view.
  *
+ * Views settle one node at a time, so for a while after a change an
+ * asker's owners of a key may not be told yet (its holder has not seen
+ * the change, or its republish is on the way), while the owners that
+ * were told before no longer count. A negative from such owners would
+ * turn a hit into a miss with nothing cached having changed (issue 10:
+ * a LOOKUP flapped from 8 to 2). So for cluster.failure_timeout_ms after
+ * each change -- the time views take to agree -- an owner keeps the
+ * entries it no longer owns (and answers from them), and an asker asks
+ * one more owner per change in that window: one member joining moves
+ * each key's owners down by at most one rank, so the owners from before
+ * are among those asked.
+ *
  * A LOOKUP that misses keys here asks each owner of those keys one
  * batched PeerWhoHas (owners that are this node answer at once) and is
- * parked like nvpark.c parks a GET; it is answered when every owner has
- * replied or after cluster.lookup_timeout_ms, with the keys found
- * elsewhere reported as TIER_PEER. Answers, deadlines and shutdown each
- * answer a parked LOOKUP exactly once.
+ * parked (park.c); it is answered when every owner has replied or after
+ * cluster.lookup_timeout_ms (the park's deadline), with the keys found
+ * elsewhere reported as TIER_PEER. If its client leaves first, park.c
+ * drops it and its queries here (lookup_gone). A resolution for pget.c
+ * has no client: its deadline is checked on the tick.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +45,8 @@
 #include "cluster_int.h"
 #include "kvcache.h"
 #include "kvtierd.h"
-#include "local.h"
 #include "log.h"
-#include "server.h"
+#include "park.h"
 #include "wire.h"
 
 #define GX_HOLDERS 4
@@ -68,10 +80,9 @@ struct gq { /* one PeerWhoHas in flight */
     struct gq *next;
 };
 
-struct gpark { /* one parked LOOKUP */
-    void *later;
-    uint32_t pipe;
-    uint64_t req_id, deadline;
+struct gpark { /* one parked LOOKUP, or a resolution for pget.c */
+    struct park *park; /* the client's request, or NULL */
+    uint64_t deadline; /* a resolution's */
     uint32_t n, pending;
     kvt_key *keys;
     Kvtier__Tier *tiers;
@@ -86,11 +97,12 @@ struct gidx {
     uint32_t used, cap, free_head, count;
     uint32_t *bucket, mask;
     int repub;           /* republishing after a membership change */
+    uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
+    uint32_t changes;    /* changes since the view was last settled */
     uint32_t repub_next; /* next local index slot */
     uint32_t sweep_next;
     struct gq *qs;
     struct gpark *parks;
-    uint32_t n_parked_nng;
     uint64_t next_qid, peer_hits, timeouts;
 };
 
@@ -149,11 +161,11 @@ static uint32_t ent_new(struct gidx *g, const kvt_key *k, uint64_t nsh)
         }
         i = g->used++;
     }
-    if (++g->count > g->mask + 1) rehash(g, (g->mask + 1) * 2);
     struct gx_ent *e = &g->e[i];
-    memset(e, 0, sizeof *e);
+    memset(e, 0, sizeof *e); /* n = 0: a rehash now leaves it out */
     e->key = *k;
     e->nsh = nsh;
+    if (++g->count > g->mask + 1) rehash(g, (g->mask + 1) * 2);
     uint32_t h = hash_of(g, k, nsh);
     e->next = g->bucket[h];
     g->bucket[h] = i;
@@ -214,12 +226,14 @@ static uint64_t score(const kvt_key *k, uint64_t nsh, uint32_t id)
     return XXH3_64bits_withSeed(k->b, KVT_KEY_LEN, nsh ^ (id * 0x9E3779B97F4A7C15ull));
 }
 
-/* The owners of (k, nsh), best first; returns how many (1..R). */
-static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+/* The r best-scored of the live members and this node for (k, nsh),
+ * best first; returns how many (1..r). */
+static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t r,
+                           uint32_t *out)
 {
     struct cluster *c = d->cl;
     uint64_t sc[GX_MAX_REPLICAS];
-    uint32_t r = (uint32_t)d->cfg.cluster_replicas, n = 0;
+    uint32_t n = 0;
     if (r > GX_MAX_REPLICAS) r = GX_MAX_REPLICAS;
     for (uint32_t i = 0; i <= c->n; i++) {
         uint32_t id = i == c->n ? c->self_id : c->m[i].id, j;
@@ -236,6 +250,30 @@ static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32
         out[j] = id;
     }
     return n;
+}
+
+/* The owners of (k, nsh), best first; returns how many (1..R). */
+static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+{
+    return top_scored(d, k, nsh, (uint32_t)d->cfg.cluster_replicas, out);
+}
+
+/* 1 once views had cluster.failure_timeout_ms to agree since the last
+ * membership change. */
+static int settled(struct kvtierd *d)
+{
+    const struct gidx *g = gx_of(d);
+    return kvtierd_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
+}
+
+/* Whom to ask about (k, nsh): its owners, and while the view settles one
+ * more per change (the owners from before it). */
+static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
+                              uint32_t *out)
+{
+    uint32_t r = (uint32_t)d->cfg.cluster_replicas;
+    if (!settled(d)) r += gx_of(d)->changes;
+    return top_scored(d, k, nsh, r, out);
 }
 
 static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
@@ -298,6 +336,17 @@ void gx_membership(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
+    if (settled(d)) g->changes = 0;
+    if (g->changes < GX_MAX_REPLICAS) g->changes++;
+    g->changed_ms = kvtierd_clock(d);
+    g->repub = 1;
+    g->repub_next = 0;
+}
+
+void gx_republish(struct kvtierd *d)
+{
+    struct gidx *g = gx_of(d);
+    if (!g || g->repub) return;
     g->repub = 1;
     g->repub_next = 0;
 }
@@ -314,16 +363,18 @@ static void republish_slice(struct kvtierd *d)
     if (g->repub_next >= d->idx.used) g->repub = 0;
 }
 
-/* Drop holders not alive and entries this node no longer owns. */
+/* Drop holders not alive, and entries this node no longer owns once
+ * the view has settled (askers may still count on them until then). */
 static void sweep_slice(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
     struct cluster *c = d->cl;
+    int drop_unowned = settled(d);
     for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->used; k++) {
         uint32_t i = g->sweep_next++ % g->used;
         struct gx_ent *e = &g->e[i];
         if (!e->n) continue;
-        if (!owns(d, &e->key, e->nsh)) {
+        if (drop_unowned && !owns(d, &e->key, e->nsh)) {
             ent_free(g, i);
             continue;
         }
@@ -411,18 +462,6 @@ void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
 
 /* ------------------------------------------------------- parked lookups */
 
-static void reply(struct kvtierd *d, struct gpark *p, const Kvtier__Response *rsp)
-{
-    if (p->pipe >= LOCAL_ID_BASE) {
-        local_reply_later(d->local, p->later, rsp);
-        return;
-    }
-    gx_of(d)->n_parked_nng--;
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(d->srv, p->later, m);
-}
-
 static uint32_t leading(const Kvtier__Tier *t, uint32_t n)
 {
     uint32_t i = 0;
@@ -438,15 +477,19 @@ static void park_free(struct gpark *p)
     free(p);
 }
 
-/* Answer p with what it has and free it (its queries must be gone). */
-static void park_finish(struct kvtierd *d, struct gpark *p)
+static void park_unlink(struct gidx *g, struct gpark *p)
 {
-    struct gidx *g = gx_of(d);
     for (struct gpark **pp = &g->parks; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
             break;
         }
+}
+
+/* Answer p with what it has and free it (its queries must be gone). */
+static void park_finish(struct kvtierd *d, struct gpark *p)
+{
+    park_unlink(gx_of(d), p);
     if (p->done) {
         p->done(d, p->arg, p->holder, p->n);
         park_free(p);
@@ -457,10 +500,10 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
     lr.n_tiers = p->n;
     lr.n_present = leading(p->tiers, p->n);
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    rsp.id = p->req_id;
+    rsp.id = park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     rsp.lookup = &lr;
-    reply(d, p, pipe_alive(d, p->pipe) ? &rsp : NULL);
+    park_answer(d, p->park, &rsp);
     park_free(p);
 }
 
@@ -535,17 +578,6 @@ static void send_query(struct kvtierd *d, struct gq *q, uint64_t nsh)
     free(nv);
 }
 
-static void *defer_now(struct kvtierd *d, uint32_t pipe)
-{
-    struct gidx *g = gx_of(d);
-    if (pipe >= LOCAL_ID_BASE) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 8;
-    if (g->n_parked_nng >= (cap ? cap : 1)) return NULL;
-    void *h = server_defer(d->srv);
-    if (h) g->n_parked_nng++;
-    return h;
-}
-
 static struct gpark *park_new(const Kvtier__Lookup *q, const Kvtier__LookupResp *lr)
 {
     struct gpark *p = calloc(1, sizeof *p);
@@ -579,7 +611,7 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     struct cluster *c = d->cl;
     for (uint32_t i = leading(p->tiers, p->n); i < p->n; i++) {
         if (p->tiers[i] != KVTIER__TIER__TIER_NONE) continue;
-        uint32_t o[GX_MAX_REPLICAS], n = owners(d, &p->keys[i], nsh, o);
+        uint32_t o[GX_MAX_REPLICAS], n = owners_to_ask(d, &p->keys[i], nsh, o);
         for (uint32_t j = 0; j < n && p->tiers[i] == KVTIER__TIER__TIER_NONE; j++) {
             if (o[j] != c->self_id) {
                 ask(g, p, o[j], i);
@@ -591,6 +623,22 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     }
 }
 
+static void expire_one(struct kvtierd *d, struct gpark *p);
+
+/* park.c: the client left; its answers, if any come, find no query. */
+static void lookup_gone(struct kvtierd *d, void *owner)
+{
+    park_unlink(gx_of(d), owner);
+    park_discard(gx_of(d), owner);
+}
+
+static void lookup_due(struct kvtierd *d, void *owner)
+{
+    expire_one(d, owner);
+}
+
+static const struct park_ops lookup_ops = {lookup_gone, lookup_due};
+
 int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr)
 {
@@ -599,16 +647,14 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     uint64_t nsh = gx_ns_hash(q->ns);
     struct gpark *p = park_new(q, lr);
     plan(d, p, nsh);
-    if (p->pending) p->later = defer_now(d, pipe);
-    if (!p->later) { /* nothing to ask, or no room to wait: what is known */
+    if (p->pending) p->park = park_defer(d, pipe, req_id, &lookup_ops, p);
+    if (!p->park) { /* nothing to ask, or no room to wait: what is known */
         memcpy(lr->tiers, p->tiers, p->n * sizeof *p->tiers);
         lr->n_present = leading(p->tiers, p->n);
         park_discard(g, p);
         return 0;
     }
-    p->pipe = pipe;
-    p->req_id = req_id;
-    p->deadline = kvtierd_clock(d) + d->cfg.cluster_lookup_ms;
+    park_set_deadline(d, p->park, kvtierd_clock(d) + d->cfg.cluster_lookup_ms);
     p->next = g->parks;
     g->parks = p;
     for (struct gq *x = g->qs; x; x = x->next)
@@ -643,19 +689,24 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
 }
 
 /* Past its deadline: drop the queries still out, answer what is known. */
-static void expire(struct kvtierd *d, uint64_t now)
+static void expire_one(struct kvtierd *d, struct gpark *p)
 {
     struct gidx *g = gx_of(d);
-    for (struct gpark *p = g->parks, *next; p; p = next) {
+    for (struct gq *q = g->qs, *qn; q; q = qn) {
+        qn = q->next;
+        if (q->p != p) continue;
+        g->timeouts++;
+        gq_unlink(g, q);
+    }
+    park_finish(d, p);
+}
+
+/* Resolutions for pget.c (no client, so no park deadline). */
+static void expire(struct kvtierd *d, uint64_t now)
+{
+    for (struct gpark *p = gx_of(d)->parks, *next; p; p = next) {
         next = p->next;
-        if (now < p->deadline) continue;
-        for (struct gq *q = g->qs, *qn; q; q = qn) {
-            qn = q->next;
-            if (q->p != p) continue;
-            g->timeouts++;
-            gq_unlink(g, q);
-        }
-        park_finish(d, p);
+        if (!p->park && now >= p->deadline) expire_one(d, p);
     }
 }
 

@@ -20,6 +20,7 @@
 #include "kvtierd.h"
 #include "log.h"
 #include "nvstore.h"
+#include "park.h"
 #include "wire.h"
 
 struct arena {
@@ -94,9 +95,9 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
             d->pipes[i] = d->pipes[--d->n_pipes];
             break;
         }
+    park_pipe_gone(d, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(d, pipe);
     kvc_pipe_removed(d, pipe);
-    nvs_pipe_removed(d, pipe);
 }
 
 int pipe_alive(const struct kvtierd *d, uint32_t pipe)

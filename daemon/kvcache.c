@@ -744,7 +744,6 @@ void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe)
 {
     struct kvc *k = d->kvc;
     if (!k) return;
-    kvc_wait_drop_pipe(k, pipe);
     for (int b = 0; b < KVC_XFER_BUCKETS; b++) {
         struct kvc_xfer *x = k->xb[b];
         while (x) {
@@ -841,14 +840,13 @@ int kvc_open(struct kvtierd *d)
     struct kvc *k = xcalloc(1, sizeof *k);
     d->kvc = k;
     k->d = d;
-    k->max_waiters = d->cfg.contexts > 2 ? (uint32_t)d->cfg.contexts / 2 : 1;
     gpu_open(k);
     log_info("kvcache", "GPU transfers %s", d->gpu);
     if (hbm_start(k) != 0) return -1;
     fault_hooks(k);
     kvc_sigbus_install();
     dram_guard(d->dram); /* after: it chains to the workers' guard */
-    if (kvc_wait_init(k) != 0 || kvc_pool_start(k) != 0) {
+    if (kvc_pool_start(k) != 0) {
         log_error("kvcache", "cannot start the transfer workers");
         return -1;
     }

@@ -40,6 +40,7 @@
 
 #include "gpu.h"
 #include "kvtierd.h"
+#include "workq.h"
 #include "layout.h"
 #include "tier.h"
 
@@ -110,7 +111,6 @@ struct kvc_xfer {
     uint32_t pipe;
     uint8_t kind;     /* enum kvc_kind */
     uint8_t state;    /* enum kvc_xstate */
-    uint8_t queued;   /* on the worker queue (kvc_pool.mtx) */
     uint8_t orphan;   /* its connection closed: discard the result */
     atomic_int cancel; /* core -> worker: stop at the next chunk */
     struct kvc_reg *reg; /* holds a reference */
@@ -127,15 +127,13 @@ struct kvc_xfer {
     char msg[KVC_MSG];
     uint64_t stamp;   /* KvWait duplicate check */
     struct kvc_xfer *hnext; /* id hash chain */
-    struct kvc_xfer *qnext; /* worker queue */
+    struct wq_job job;      /* on the workers' queue (workq.c) */
 };
 
 /* A KvWait parked until its transfers finish or its deadline passes. */
 struct kvc_waiter {
     uint32_t pipe;
-    uint64_t req_id;  /* Response.id the client expects */
-    void *later;      /* server_later or local_later, by pipe */
-    uint64_t deadline; /* kvtierd_clock ms */
+    struct park *park; /* park.c: the request, its deadline */
     uint64_t *xfers;
     uint32_t n;
     struct kvc_waiter *next;
@@ -148,14 +146,8 @@ struct kvc_wk {
 };
 
 struct kvc_pool {
-    pthread_t th[KVC_WORKERS];
-    struct kvc_wk wk[KVC_WORKERS];
-    int n_th;
-    int inited;
-    pthread_mutex_t mtx; /* guards head/tail, stop, kvc_xfer.queued */
-    pthread_cond_t cv;
-    struct kvc_xfer *head, *tail;
-    int stop;
+    struct workq *q;               /* KVC_WORKERS threads (workq.c) */
+    struct kvc_wk wk[KVC_WORKERS]; /* each worker's own */
 };
 
 struct kvc_counters {
@@ -178,9 +170,6 @@ struct kvc {
     uint64_t next_id, stamp;
     struct kvc_waiter *waiters;
     uint32_t n_waiters;
-    uint32_t max_waiters; /* parked on nng: half the server's contexts */
-    nng_aio *timer;       /* fires at the earliest waiter deadline */
-    uint64_t timer_due;   /* 0: not armed */
     struct kvc_pool pool;
     struct kvc_counters st;
     unsigned fault_delay_ms; /* KVT_FAULT_KV_DELAY_MS: sleep per chunk */
@@ -229,7 +218,8 @@ uint64_t kvc_new_id(struct kvc *k);
 
 /* kvxfer.c: the workers. */
 int kvc_pool_start(struct kvc *k);
-/* Join the workers; transfers still queued stay queued. */
+/* Join the workers; transfers still queued are not run, and results not
+ * yet handed back are dropped: the caller settles every transfer. */
 void kvc_pool_stop(struct kvc *k);
 void kvc_pool_push(struct kvc *k, struct kvc_xfer *x);
 /* Take x off the queue if no worker has it yet: 1 if taken. */
@@ -251,12 +241,9 @@ struct kvc_hent *kvh_find(struct kvc *k, uint32_t slot, int device);
 void kvh_drop(struct kvc *k, struct kvc_hent *h);
 void kvh_close(struct kvc *k);
 
-/* kvwait.c: parked KvWait requests. */
-int kvc_wait_init(struct kvc *k);
+/* kvwait.c: parked KvWait requests (their clients leaving: park.c). */
 /* A transfer of pipe finished: answer the waits it completes. */
 void kvc_wait_notify(struct kvc *k, uint32_t pipe);
-/* Answer (pipe gone: just release) every wait of pipe. */
-void kvc_wait_drop_pipe(struct kvc *k, uint32_t pipe);
 void kvc_wait_close(struct kvc *k);
 
 #endif

@@ -71,6 +71,8 @@ struct nvs;
 struct journal;
 struct cluster;
 struct ev;
+struct park_table;
+struct wq_cq;
 
 struct kvtierd {
     struct kvt_config cfg;
@@ -91,6 +93,8 @@ struct kvtierd {
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
     struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
     struct ev *ev;         /* KV-events publisher, or NULL when off (events.c) */
+    struct park_table *park; /* requests answered later (park.c) */
+    struct wq_cq *cq;      /* workers' finished jobs (workq.c) */
     uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */

@@ -2,27 +2,20 @@
  * kvwait.c -- KvWait: tell an engine how its transfers ended.
  *
  * Design: a wait whose transfers are all done, or that asks for no
- * timeout, is answered at once. Otherwise the request is parked
- * (server_defer for nng, local_defer for the fast channel) and answered
- * when the last of its transfers finishes (kvc_wait_notify, called as
- * each one settles), when its deadline passes, or -- with nothing sent --
- * when its connection closes. A parked wait on nng holds one of the
- * server's contexts, so at most half as many waits as contexts may be
- * parked there; a wait past that limit is answered at once, like a poll
- * (the client library then polls). The fast channel parks without limit:
- * a parked connection only stops being read. One nng timer (nng_sleep_aio) is armed for
- * the earliest deadline; its callback posts to the core thread, which
- * answers what is due and arms the next. A done transfer is reported
- * once: the answer forgets it.
+ * timeout, is answered at once. Otherwise the request is parked (park.c)
+ * and answered when the last of its transfers finishes (kvc_wait_notify,
+ * called as each one settles) or when its deadline passes (park.c calls
+ * wait_due); when its connection closes park.c drops it (wait_gone). A
+ * wait park.c cannot park (the nng contexts parked requests may hold are
+ * all held) is answered at once, like a poll (the client library then
+ * polls). A done transfer is reported once: the answer forgets it.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvcache.h"
-#include "local.h"
 #include "log.h"
-#include "server.h"
-#include "wire.h"
+#include "park.h"
 
 /* ------------------------------------------------------------ answering */
 
@@ -92,29 +85,11 @@ static void waiter_free(struct kvc *k, struct kvc_waiter **link)
     free(w);
 }
 
-static int is_local(uint32_t pipe)
+static struct kvc_waiter **link_of(struct kvc *k, const struct kvc_waiter *w)
 {
-    return pipe >= LOCAL_ID_BASE;
-}
-
-/* Park the request being handled; NULL if its channel cannot. */
-static void *defer_request(struct kvc *k, uint32_t pipe)
-{
-    if (is_local(pipe)) return local_defer(k->d->local);
-    return server_defer(k->d->srv);
-}
-
-/* rsp NULL: nothing to send (the connection is going). */
-static void reply_later(struct kvc *k, const struct kvc_waiter *w,
-                        const Kvtier__Response *rsp)
-{
-    if (is_local(w->pipe)) {
-        local_reply_later(k->d->local, w->later, rsp);
-        return;
-    }
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(k->d->srv, w->later, m);
+    struct kvc_waiter **link = &k->waiters;
+    while (*link != w) link = &(*link)->next;
+    return link;
 }
 
 /* Send a parked wait its answer and forget it. */
@@ -125,62 +100,34 @@ static void answer(struct kvc *k, struct kvc_waiter **link)
     if (!mem) abort(); /* control-plane allocation */
     Kvtier__Response rsp;
     kvtier__response__init(&rsp);
-    rsp.id = w->req_id;
+    rsp.id = park_req_id(w->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_KV_WAIT;
     rsp.kv_wait = collect(k, w->xfers, w->n, mem);
-    reply_later(k, w, &rsp);
+    park_answer(k->d, w->park, &rsp);
     free(mem);
     waiter_free(k, link);
 }
 
-/* ---------------------------------------------------------------- timer */
-
-static void on_timer(void *arg);
-
-static void timer_cb(void *arg)
+/* park.c: the client left, or the daemon stops; nothing is sent. */
+static void wait_gone(struct kvtierd *d, void *owner)
 {
-    struct kvc *k = arg;
-    if (nng_aio_result(k->timer) == 0) server_post(k->d->srv, on_timer, k);
+    waiter_free(d->kvc, link_of(d->kvc, owner));
 }
 
-/* Arm the timer for the earliest deadline, unless it is armed earlier. */
-static void timer_arm(struct kvc *k)
+static void wait_due(struct kvtierd *d, void *owner)
 {
-    uint64_t due = 0;
-    for (const struct kvc_waiter *w = k->waiters; w; w = w->next)
-        if (due == 0 || w->deadline < due) due = w->deadline;
-    if (due == 0 || (k->timer_due != 0 && k->timer_due <= due)) return;
-    nng_aio_cancel(k->timer);
-    nng_aio_wait(k->timer);
-    uint64_t now = kvtierd_clock(k->d);
-    k->timer_due = due;
-    nng_sleep_aio(due > now ? (nng_duration)(due - now) : 0, k->timer);
+    answer(d->kvc, link_of(d->kvc, owner));
 }
 
-static void on_timer(void *arg)
-{
-    struct kvc *k = arg;
-    uint64_t now = kvtierd_clock(k->d);
-    k->timer_due = 0;
-    struct kvc_waiter **link = &k->waiters;
-    while (*link) {
-        if ((*link)->deadline <= now) answer(k, link);
-        else link = &(*link)->next;
-    }
-    timer_arm(k);
-}
+static const struct park_ops wait_ops = {wait_gone, wait_due};
 
-int kvc_wait_init(struct kvc *k)
-{
-    return nng_aio_alloc(&k->timer, timer_cb, k) == 0 ? 0 : -1;
-}
-
+/* Daemon stops: what is parked goes unanswered (as its connection will). */
 void kvc_wait_close(struct kvc *k)
 {
-    if (k->timer) nng_aio_free(k->timer); /* cancels, waits for timer_cb */
-    k->timer = NULL;
-    while (k->waiters) waiter_free(k, &k->waiters); /* server_close frees
-                                                     * their contexts */
+    while (k->waiters) {
+        park_answer(k->d, k->waiters->park, NULL);
+        waiter_free(k, &k->waiters);
+    }
 }
 
 /* ---------------------------------------------------------------- events */
@@ -192,19 +139,6 @@ void kvc_wait_notify(struct kvc *k, uint32_t pipe)
         struct kvc_waiter *w = *link;
         if (w->pipe == pipe && all_done(k, w->xfers, w->n)) answer(k, link);
         else link = &w->next;
-    }
-}
-
-void kvc_wait_drop_pipe(struct kvc *k, uint32_t pipe)
-{
-    struct kvc_waiter **link = &k->waiters;
-    while (*link) {
-        if ((*link)->pipe != pipe) {
-            link = &(*link)->next;
-            continue;
-        }
-        reply_later(k, *link, NULL);
-        waiter_free(k, link);
     }
 }
 
@@ -234,35 +168,25 @@ static kvt_err check_wait(struct req *r, struct kvc *k, uint32_t pipe,
     return KVT_OK;
 }
 
-/* Waits parked on nng, each holding one of the server's contexts. */
-static uint32_t nng_parked(const struct kvc *k)
-{
-    uint32_t n = 0;
-    for (const struct kvc_waiter *w = k->waiters; w; w = w->next)
-        n += !is_local(w->pipe);
-    return n;
-}
-
 /* Park the request; 0, or -1 if it cannot be parked (answer it now). */
 static int park(struct kvc *k, uint32_t pipe, const Kvtier__KvWait *q,
                 uint64_t req_id)
 {
-    if (!is_local(pipe) && nng_parked(k) >= k->max_waiters) return -1;
-    void *later = defer_request(k, pipe);
-    if (!later) return -1;
     struct kvc_waiter *w = calloc(1, sizeof *w);
-    if (!w || !(w->xfers = malloc(q->n_xfers * sizeof *w->xfers))) abort();
+    if (!w) abort(); /* control-plane allocation */
+    if (!(w->park = park_defer(k->d, pipe, req_id, &wait_ops, w))) {
+        free(w);
+        return -1;
+    }
+    if (!(w->xfers = malloc(q->n_xfers * sizeof *w->xfers))) abort();
     memcpy(w->xfers, q->xfers, q->n_xfers * sizeof *w->xfers);
     uint32_t ms = q->timeout_ms < KVC_WAIT_MAX_MS ? q->timeout_ms : KVC_WAIT_MAX_MS;
     w->n = (uint32_t)q->n_xfers;
     w->pipe = pipe;
-    w->req_id = req_id;
-    w->later = later;
-    w->deadline = kvtierd_clock(k->d) + ms;
+    park_set_deadline(k->d, w->park, kvtierd_clock(k->d) + (ms ? ms : 1));
     w->next = k->waiters;
     k->waiters = w;
     k->n_waiters++;
-    timer_arm(k);
     return 0;
 }
 

@@ -5,9 +5,10 @@
  * Design: KVC_WORKERS threads take whole transfers from one queue (mutex
  * + condvar) and copy chunk by chunk, checking the transfer's cancel flag
  * between chunks, so a closed connection stops its transfer within one
- * chunk. The result goes back to the core thread through server_post;
- * only the core touches the index, so only the core commits, frees or
- * unpins (kvc_xfer_settle).
+ * chunk. The workers are a workq.c queue; the result goes back to the
+ * core thread through its completion queue (xfer_done); only the core
+ * touches the index, so only the core commits, frees or unpins
+ * (kvc_xfer_settle).
  *
  * A LOAD checks every chunk's checksum before it writes the first byte,
  * so a chunk scribbled over in the shared pool is KVT_ECORRUPT with the
@@ -23,13 +24,13 @@
  */
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "kvcache.h"
 #include "log.h"
-#include "server.h"
 
 /* ----------------------------------------------------------- SIGBUS guard */
 
@@ -262,10 +263,15 @@ void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err)
     x->reg = NULL;
 }
 
-/* Core thread, through server_post: a worker finished x. */
-static void xfer_done(void *arg)
+static struct kvc_xfer *xfer_of(struct wq_job *j)
 {
-    struct kvc_xfer *x = arg;
+    return (struct kvc_xfer *)((char *)j - offsetof(struct kvc_xfer, job));
+}
+
+/* Core thread, from the completion queue: a worker finished x. */
+static void xfer_done(struct wq_job *j)
+{
+    struct kvc_xfer *x = xfer_of(j);
     struct kvc *k = x->k;
     uint32_t n = x->n_move;
     kvt_err e = x->orphan ? KVT_ECLOSED : x->err;
@@ -284,96 +290,53 @@ static void xfer_done(void *arg)
 
 /* ---------------------------------------------------------------- workers */
 
-static struct kvc_xfer *pop(struct kvc_pool *p)
+static void xfer_run(struct wq_job *j, void *tls)
 {
-    pthread_mutex_lock(&p->mtx);
-    while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mtx);
-    struct kvc_xfer *x = p->stop ? NULL : p->head;
-    if (x) {
-        if (!(p->head = x->qnext)) p->tail = NULL;
-        x->queued = 0;
+    struct kvc_wk *w = tls;
+    struct kvc_xfer *x = xfer_of(j);
+    kvt_err e = KVT_OK;
+    if (run_guarded(w, x, &e)) {
+        kvc_armed = 0;
+        e = fail_msg(x, KVT_EIO, "the engine's memory went away during the "
+                     "copy (SIGBUS: was its file truncated?)");
     }
-    pthread_mutex_unlock(&p->mtx);
-    return x;
+    x->err = e;
 }
 
-static void *worker_main(void *arg)
+static void *worker_init(void *arg, unsigned i)
 {
-    struct kvc_wk *w = arg;
-    struct kvc *k = w->k;
-    struct kvc_xfer *x;
-    while ((x = pop(&k->pool))) {
-        kvt_err e = KVT_OK;
-        if (run_guarded(w, x, &e)) {
-            kvc_armed = 0;
-            e = fail_msg(x, KVT_EIO, "the engine's memory went away during the "
-                         "copy (SIGBUS: was its file truncated?)");
-        }
-        x->err = e;
-        server_post(k->d->srv, xfer_done, x);
-    }
+    struct kvc *k = arg;
+    k->pool.wk[i].k = k;
+    return &k->pool.wk[i];
+}
+
+static void worker_fini(void *tls)
+{
+    struct kvc_wk *w = tls;
     for (int dev = 0; dev < KVC_MAX_DEVICES; dev++)
-        if (w->stream[dev]) kvt_gpu_stream_destroy(k->gpu, w->stream[dev]);
-    return NULL;
+        if (w->stream[dev]) kvt_gpu_stream_destroy(w->k->gpu, w->stream[dev]);
 }
 
 int kvc_pool_start(struct kvc *k)
 {
-    struct kvc_pool *p = &k->pool;
-    pthread_mutex_init(&p->mtx, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->inited = 1;
-    for (int i = 0; i < KVC_WORKERS; i++) {
-        p->wk[i].k = k;
-        if (pthread_create(&p->th[i], NULL, worker_main, &p->wk[i]) != 0) return -1;
-        p->n_th = i + 1;
-    }
-    return 0;
+    struct wq_opts o = {"kv-transfer", KVC_WORKERS, k->d->cq, worker_init, worker_fini, k};
+    return workq_open(&o, &k->pool.q);
 }
 
 void kvc_pool_stop(struct kvc *k)
 {
-    struct kvc_pool *p = &k->pool;
-    if (!p->inited) return;
-    pthread_mutex_lock(&p->mtx);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mtx);
-    for (int i = 0; i < p->n_th; i++) pthread_join(p->th[i], NULL);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mtx);
-    p->inited = 0;
+    workq_close(k->pool.q, WQ_DISCARD);
+    k->pool.q = NULL;
 }
 
 void kvc_pool_push(struct kvc *k, struct kvc_xfer *x)
 {
-    struct kvc_pool *p = &k->pool;
-    pthread_mutex_lock(&p->mtx);
-    x->qnext = NULL;
-    x->queued = 1;
-    if (p->tail) p->tail->qnext = x;
-    else p->head = x;
-    p->tail = x;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mtx);
+    x->job.run = xfer_run;
+    x->job.done = xfer_done;
+    wq_submit(k->pool.q, &x->job);
 }
 
 int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x)
 {
-    struct kvc_pool *p = &k->pool;
-    int taken = 0;
-    pthread_mutex_lock(&p->mtx);
-    if (x->queued) {
-        struct kvc_xfer **pp = &p->head, *prev = NULL;
-        while (*pp != x) {
-            prev = *pp;
-            pp = &(*pp)->qnext;
-        }
-        *pp = x->qnext;
-        if (p->tail == x) p->tail = prev;
-        x->queued = 0;
-        taken = 1;
-    }
-    pthread_mutex_unlock(&p->mtx);
-    return taken;
+    return wq_unqueue(k->pool.q, &x->job);
 }

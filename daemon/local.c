@@ -19,9 +19,11 @@
  * than max_msg_bytes gets a KVT_ETOOBIG reply and its bytes are skipped, so
  * the connection stays in step and stays up. Connection ids live above
  * LOCAL_ID_BASE, so leases are owned by either kind of connection alike.
- * A handler may park its request (local_defer, for KvWait): the
+ * A handler may park its request (local_defer, through park.c): the
  * connection is then not read from until the reply goes out, so replies
- * stay in request order.
+ * stay in request order; frames that arrived meanwhile are served then
+ * (a client that pipelines is not left waiting for bytes it already
+ * sent).
  */
 #include "local.h"
 
@@ -181,6 +183,10 @@ void local_reply_later(struct local_srv *s, struct local_later *h,
     if (!rsp) return; /* its connection is being closed */
     queue_rsp(c, rsp);
     (void)flush_out(s, c); /* also re-arms input */
+    /* Frames read while it was parked wait in rbuf, and no new byte may
+     * come to wake us: have local_poll come back (output is ready at
+     * once) and serve them there, not here inside another handler. */
+    if (c->rlen) set_events(s, c, 1);
 }
 
 int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
@@ -223,6 +229,14 @@ static void parse_frames(struct local_srv *s, struct lconn *c)
     }
     memmove(c->rbuf, c->rbuf + off, c->rlen - off);
     c->rlen -= off;
+}
+
+/* Serve the whole frames already read (after a parked request was
+ * answered). -1: close the connection. */
+static int serve_buffered(struct local_srv *s, struct lconn *c)
+{
+    parse_frames(s, c);
+    return flush_out(s, c);
 }
 
 /* Read what is there (bounded), serve it. -1: close the connection. */
@@ -283,6 +297,8 @@ void local_poll(struct local_srv *s)
         if (!bad && (evs[i].events & EPOLLOUT)) bad = flush_out(s, c);
         if (!bad && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
             bad = on_readable(s, c);
+        else if (!bad && c->rlen && !c->parked && c->wlen == 0)
+            bad = serve_buffered(s, c);
         if (bad) conn_close(s, c);
     }
 }

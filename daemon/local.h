@@ -53,8 +53,10 @@ int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid);
 struct local_later;
 struct local_later *local_defer(struct local_srv *s);
 /* Send the deferred reply; rsp NULL sends nothing. Core thread; the
- * handle dies with its connection, so drop it when the connection is
- * reported removed (rsp NULL is then still allowed, from that report). */
+ * handle dies with its connection, so it must be dropped when the
+ * connection is reported removed (rsp NULL is then still allowed, from
+ * that report). Modules do not call this: park.c does, and keeps that
+ * rule for all of them. */
 void local_reply_later(struct local_srv *s, struct local_later *h,
                        const Kvtier__Response *rsp);
 

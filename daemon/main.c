@@ -3,8 +3,10 @@
  *
  * Design (DESIGN §6): the core thread runs one epoll loop over the
  * server's eventfd (requests and pipe events), the metrics endpoint's
- * eventfd (scrapes, rendered here), a 100 ms timerfd (lease deadlines,
- * eviction slices, the drain check, the systemd watchdog) and a signalfd.
+ * eventfd (scrapes, rendered here), the workers' completion queue
+ * (workq.c), a 100 ms timerfd (lease deadlines, eviction slices, the
+ * drain check, the systemd watchdog) and a signalfd; it sleeps at most
+ * until the earliest deadline of a parked request (park.c).
  * Start-up takes the socket lock before anything else, so a second daemon
  * on the same socket stops with a clear message and touches nothing; a
  * lock file left by a dead daemon is not locked and is taken over together
@@ -45,8 +47,10 @@
 #include "metrics_http.h"
 #include "notify.h"
 #include "nvstore.h"
+#include "park.h"
 #include "server.h"
 #include "wire.h"
+#include "workq.h"
 
 #define TICK_MS 100
 #define DRAIN_QUIET_MS 200
@@ -299,7 +303,9 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (open_tiers(d) != 0 || ev_open(d) != 0) return -1;
+    if (wq_cq_open(&d->cq) != 0 || park_open(d) != 0 || open_tiers(d) != 0 ||
+        ev_open(d) != 0)
+        return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
         cluster_open(d) != 0)
@@ -331,7 +337,7 @@ static int make_fds(int *tfd, int *sfd)
 }
 
 struct loop {
-    int ep, tfd, sfd, sv, lfd, mfd, nfd, cfd, pfd;
+    int ep, tfd, sfd, sv, lfd, mfd, nfd, cfd, pfd, wfd;
     uint64_t wd_ms, wd_last; /* systemd watchdog interval, last ping */
     int running;
 };
@@ -459,13 +465,15 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->nfd = nvs_fd(d);
     lp->cfd = cluster_fd(d);
     lp->pfd = cluster_peer_fd(d);
+    lp->wfd = wq_cq_fd(d->cq);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
         log_error("main", "epoll/timerfd/signalfd: %s", strerror(errno));
         return -1;
     }
-    int fds[8] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd, lp->nfd, lp->cfd, lp->pfd};
-    for (int i = 0; i < 8; i++) {
+    int fds[9] = {lp->sv, lp->tfd, lp->sfd, lp->lfd, lp->mfd,
+                  lp->nfd, lp->cfd, lp->pfd, lp->wfd};
+    for (int i = 0; i < 9; i++) {
         if (fds[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (epoll_ctl(lp->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
@@ -495,6 +503,7 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->nfd) nvs_poll(d);
     else if (fd == lp->cfd) cluster_poll(d);
     else if (fd == lp->pfd) cluster_peer_poll(d);
+    else if (fd == lp->wfd) wq_cq_poll(d->cq);
 }
 
 static int run_loop(struct kvtierd *d)
@@ -503,12 +512,13 @@ static int run_loop(struct kvtierd *d)
     int rc = loop_open(d, &lp);
     while (rc == 0 && lp.running) {
         struct epoll_event evs[8];
-        int n = epoll_wait(lp.ep, evs, 8, -1);
+        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d));
         if (n < 0 && errno != EINTR) {
             log_error("main", "epoll_wait: %s", strerror(errno));
             rc = -1;
         }
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
+        if (lp.running) park_run_due(d);
         if (d->evict_target) store_watermark(d);
         ev_flush(d); /* this iteration's KV events: one message */
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
@@ -531,6 +541,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     cluster_close(d);
+    park_close(d); /* what no module answered: dropped, before the transports */
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);
@@ -544,6 +555,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     ns_free(&d->ns);
     dram_close(d->dram, !d->cfg.dram_adopt);
     free(d->pipes);
+    wq_cq_close(d->cq); /* every queue is closed by now */
     if (lock_fd >= 0) close(lock_fd);
 }
 

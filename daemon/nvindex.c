@@ -9,6 +9,7 @@
 #include "nvindex.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "workq.h"
 
 #define VAL_VERSION 1
 #define VAL_BASE 48
@@ -48,12 +50,12 @@ struct nvx {
     rocksdb_writeoptions_t *wo;
     rocksdb_readoptions_t *ro;
     int fsync_data;
-    pthread_t thr;
-    int thr_ok;
-    pthread_mutex_t mtx;  /* guards q, busy, stop, errors, written */
-    pthread_cond_t wake, idle;
-    struct opq q;
-    int busy, stop;
+    struct workq *wq;     /* one writer thread (workq.c) */
+    struct wq_job job;    /* "write what is queued"; submitted when q fills */
+    pthread_mutex_t mtx;  /* guards q, mine, busy, submitted, errors, written */
+    pthread_cond_t idle;
+    struct opq q, mine;   /* queued; being written */
+    int busy, submitted;
     uint64_t errors, written;
 };
 
@@ -157,30 +159,35 @@ static int write_batch(struct nvx *x, const struct op *ops, size_t n)
     return -1;
 }
 
-static void *worker(void *arg)
+/* The writer's job: take the whole queue, write it as one batch. It is
+ * submitted again only when the queue goes from empty to non-empty. */
+static void write_queued(struct wq_job *j, void *tls)
 {
-    struct nvx *x = arg;
-    struct opq mine = {0};
+    struct nvx *x = (struct nvx *)((char *)j - offsetof(struct nvx, job));
+    (void)tls;
     pthread_mutex_lock(&x->mtx);
-    for (;;) {
-        while (x->q.n == 0 && !x->stop) pthread_cond_wait(&x->wake, &x->mtx);
-        if (x->q.n == 0) break;
-        struct opq t = x->q;
-        x->q = mine;
-        mine = t;
-        x->busy = 1;
-        pthread_mutex_unlock(&x->mtx);
-        int rv = write_batch(x, mine.v, mine.n);
-        pthread_mutex_lock(&x->mtx);
-        if (rv != 0) x->errors++;
-        x->written += mine.n;
-        mine.n = 0;
-        x->busy = 0;
-        pthread_cond_broadcast(&x->idle);
-    }
+    struct opq t = x->q;
+    x->q = x->mine;
+    x->mine = t;
+    x->submitted = 0;
+    x->busy = 1;
     pthread_mutex_unlock(&x->mtx);
-    free(mine.v);
-    return NULL;
+    int rv = x->mine.n ? write_batch(x, x->mine.v, x->mine.n) : 0;
+    pthread_mutex_lock(&x->mtx);
+    if (rv != 0) x->errors++;
+    x->written += x->mine.n;
+    x->mine.n = 0;
+    x->busy = 0;
+    pthread_cond_broadcast(&x->idle);
+    pthread_mutex_unlock(&x->mtx);
+}
+
+/* Caller holds x->mtx: wake the writer for what was just queued. */
+static void do_kick(struct nvx *x)
+{
+    if (x->submitted) return;
+    x->submitted = 1;
+    wq_submit(x->wq, &x->job);
 }
 
 static struct op *q_add(struct nvx *x)
@@ -204,7 +211,7 @@ void nvx_put(struct nvx *x, const struct nvx_rec *r, int data_fd)
     o->fd = data_fd;
     o->klen = enc_key(o->k, r->ns, &r->key);
     o->vlen = enc_val(o->v, r);
-    if (x->q.n == 1) pthread_cond_signal(&x->wake);
+    do_kick(x);
     pthread_mutex_unlock(&x->mtx);
 }
 
@@ -216,7 +223,7 @@ void nvx_del(struct nvx *x, const char *ns, const kvt_key *key)
     o->fd = -1;
     o->klen = enc_key(o->k, ns, key);
     o->vlen = 0;
-    if (x->q.n == 1) pthread_cond_signal(&x->wake);
+    do_kick(x);
     pthread_mutex_unlock(&x->mtx);
 }
 
@@ -277,8 +284,8 @@ int nvx_open(const char *path, int fsync_data, struct nvx **out, int *complete,
     if (!x) abort();
     x->fsync_data = fsync_data;
     pthread_mutex_init(&x->mtx, NULL);
-    pthread_cond_init(&x->wake, NULL);
     pthread_cond_init(&x->idle, NULL);
+    x->job.run = write_queued;
     x->opts = make_options();
     x->wo = rocksdb_writeoptions_create();
     x->ro = rocksdb_readoptions_create();
@@ -290,8 +297,8 @@ int nvx_open(const char *path, int fsync_data, struct nvx **out, int *complete,
         return -1;
     }
     *complete = has_format(x);
-    if (pthread_create(&x->thr, NULL, worker, x) != 0) abort();
-    x->thr_ok = 1;
+    struct wq_opts o = {.name = "nvme-index", .threads = 1};
+    if (workq_open(&o, &x->wq) != 0) abort();
     *out = x;
     return 0;
 }
@@ -364,21 +371,15 @@ long long nvx_load(struct nvx *x, void (*fn)(void *arg, const struct nvx_rec *r)
 void nvx_close(struct nvx *x)
 {
     if (!x) return;
-    if (x->thr_ok) {
-        pthread_mutex_lock(&x->mtx);
-        x->stop = 1;
-        pthread_cond_signal(&x->wake);
-        pthread_mutex_unlock(&x->mtx);
-        pthread_join(x->thr, NULL); /* the worker empties the queue first */
-    }
+    workq_close(x->wq, WQ_DRAIN); /* the writer empties the queue first */
     if (x->db) rocksdb_close(x->db);
     if (x->wo) rocksdb_writeoptions_destroy(x->wo);
     if (x->ro) rocksdb_readoptions_destroy(x->ro);
     if (x->opts) rocksdb_options_destroy(x->opts);
     pthread_mutex_destroy(&x->mtx);
-    pthread_cond_destroy(&x->wake);
     pthread_cond_destroy(&x->idle);
     free(x->q.v);
+    free(x->mine.v);
     free(x);
 }
 

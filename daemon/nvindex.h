@@ -9,9 +9,10 @@
  * read back (nvx_load) to rebuild the in-memory index and each file's
  * allocator. Writes never block the core thread: nvx_put / nvx_del only
  * append to a queue under a mutex (woken on empty -> non-empty, STYLE §7);
- * one worker thread takes the whole queue, optionally fdatasyncs the data
- * files the batch points into (so that after a power loss the index still
- * never points at lost bytes), and writes it as one rocksdb_writebatch
+ * one worker thread (a workq.c queue) takes the whole queue, optionally
+ * fdatasyncs the data files the batch points into (so that after a power
+ * loss the index still never points at lost bytes), and writes it as one
+ * rocksdb_writebatch
  * with the WAL on. A process crash loses nothing the worker wrote (the
  * WAL is in the page cache); at worst the last batches are missing, and
  * their records are then free space at the next start. Nothing comes

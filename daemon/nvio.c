@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,83 +27,33 @@
 
 /* ------------------------------------------------------ checksum worker */
 
-static void *worker_main(void *arg)
-{
-    struct nvs_worker *w = arg;
-    pthread_mutex_lock(&w->mtx);
-    for (;;) {
-        while (!w->todo && !w->stop) pthread_cond_wait(&w->cv, &w->mtx);
-        if (!w->todo) break;
-        struct nvs_job *j = w->todo;
-        w->todo = j->next;
-        if (!w->todo) w->todo_tail = NULL;
-        pthread_mutex_unlock(&w->mtx);
-        j->ok = kvt_checksum(j->p, j->n) == j->want;
-        pthread_mutex_lock(&w->mtx);
-        int wake = w->done == NULL;
-        j->next = w->done;
-        w->done = j;
-        if (wake) {
-            uint64_t one = 1;
-            ssize_t r = write(w->efd, &one, sizeof one);
-            (void)r;
-        }
-    }
-    pthread_mutex_unlock(&w->mtx);
-    return NULL;
-}
-
 int nvs_worker_start(struct kvtierd *d)
 {
-    struct nvs_worker *w = &nvs_of(d)->w;
-    w->efd = uring_fd(nvs_of(d)->tier->ring);
-    pthread_mutex_init(&w->mtx, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thr, NULL, worker_main, w) != 0) return -1;
-    w->started = 1;
-    return 0;
+    struct wq_opts o = {.name = "nvme-checksum", .threads = 1, .cq = d->cq};
+    return workq_open(&o, &nvs_of(d)->csq);
 }
 
 void nvs_worker_stop(struct kvtierd *d)
 {
-    struct nvs_worker *w = &nvs_of(d)->w;
-    if (!w->started) return;
-    pthread_mutex_lock(&w->mtx);
-    w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mtx);
-    pthread_join(w->thr, NULL); /* it finishes what it was given */
-    nvs_worker_collect(d);
-    pthread_mutex_destroy(&w->mtx);
-    pthread_cond_destroy(&w->cv);
-    w->started = 0;
+    workq_close(nvs_of(d)->csq, WQ_DRAIN); /* it finishes what it was given */
+    nvs_of(d)->csq = NULL;
 }
 
-void nvs_worker_submit(struct kvtierd *d, struct nvs_job *j)
+static void checked(struct wq_job *wj)
 {
-    struct nvs_worker *w = &nvs_of(d)->w;
-    j->next = NULL;
-    pthread_mutex_lock(&w->mtx);
-    if (w->todo_tail) w->todo_tail->next = j;
-    else w->todo = j;
-    w->todo_tail = j;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mtx);
+    struct nvs_job *j = (struct nvs_job *)wj;
+    j->done(j->d, j);
 }
 
-/* Run the callbacks of finished jobs (core thread). */
-void nvs_worker_collect(struct kvtierd *d)
+void nvs_check(struct kvtierd *d, struct nvs_job *j, const void *p, uint64_t n,
+               uint64_t want, void (*done)(struct kvtierd *d, struct nvs_job *j),
+               void *ctx)
 {
-    struct nvs_worker *w = &nvs_of(d)->w;
-    pthread_mutex_lock(&w->mtx);
-    struct nvs_job *j = w->done;
-    w->done = NULL;
-    pthread_mutex_unlock(&w->mtx);
-    while (j) {
-        struct nvs_job *next = j->next;
-        j->done(d, j);
-        j = next;
-    }
+    wq_csum_init(&j->c, p, n, want, checked);
+    j->d = d;
+    j->done = done;
+    j->ctx = ctx;
+    wq_submit(nvs_of(d)->csq, &j->c.job);
 }
 
 /* ------------------------------------------------------------ records */
@@ -442,7 +391,7 @@ static void verified(struct kvtierd *d, struct nvs_job *j)
     struct rctx *c = j->ctx;
     uint32_t slot = c->slot;
     struct idx_entry *e = idx_at(&d->idx, slot);
-    if (!j->ok) {
+    if (!j->c.ok) {
         nvs_of(d)->st.csum_failures++;
         log_warn("nvme", "checksum mismatch reading chunk %02x%02x%02x%02x... of "
                  "%s: not served, record dropped", e->key.b[0], e->key.b[1],
@@ -454,7 +403,7 @@ static void verified(struct kvtierd *d, struct nvs_job *j)
             idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_NVME));
         }
     }
-    int ok = j->ok; /* j lives in c */
+    int ok = j->c.ok; /* j lives in c */
     free(c);
     promote_end(d, slot, ok);
 }
@@ -472,8 +421,7 @@ static void read_done(void *arg, kvt_err err)
         return;
     }
     const struct idx_entry *e = idx_at(&d->idx, c->slot);
-    c->job = (struct nvs_job){store_ptr(d, c->slot), e->size, e->csum, 0, verified, c, NULL};
-    nvs_worker_submit(d, &c->job);
+    nvs_check(d, &c->job, store_ptr(d, c->slot), e->size, e->csum, verified, c);
 }
 
 /* Start reading a chunk that is only on NVMe into DRAM. 1 if a read is

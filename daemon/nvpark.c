@@ -3,32 +3,27 @@
  * chunks read back from NVMe, a FLUSH waiting for its writes, a VERIFY
  * scrubbing records. See nvstore.h for the policy.
  *
- * Design: as kvwait.c does, a request is parked with server_defer (nng)
- * or local_defer (fast channel) and answered with *_reply_later. A parked
- * nng request holds one of the server's contexts, so at most a quarter of
- * them are held by parked GETs here (kvwait.c may hold half); past that a
- * GET is answered at once with what is in DRAM and its reads go on as a
- * prefetch. Every chunk of a parked GET settles once: pinned in DRAM (the
- * GET's own pin, so a later eviction cannot take it before the answer),
- * or a miss (gone, no DRAM space, read or checksum failed). Each read's
- * end re-examines the parked GETs; one timerfd, armed for the earliest
- * deadline, answers the late ones with what they have.
+ * Design: a request is parked with park.c, which also keeps its deadline
+ * and drops it when its client leaves (park_gone here). When park.c
+ * cannot park (the nng contexts parked requests may hold are all held),
+ * a GET is answered at once with what is in DRAM and its reads go on as
+ * a prefetch. Every chunk of a parked GET settles once: pinned in DRAM
+ * (the GET's own pin, so a later eviction cannot take it before the
+ * answer), or a miss (gone, no DRAM space, read or checksum failed).
+ * Each read's end re-examines the parked GETs; at its deadline a GET is
+ * answered with what it has.
  *
  * VERIFY reads at most SCRUB_INFLIGHT records at a time and looks at no
  * more than SCRUB_SLICE index slots per step (STYLE §8), so client
  * traffic goes on while it runs; each record's header must name the chunk
  * and its data must match the checksum, else it is counted and dropped.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
-#include "local.h"
 #include "log.h"
 #include "nvstore_int.h"
-#include "server.h"
+#include "park.h"
 #include "uring.h"
 #include "wire.h"
 
@@ -37,37 +32,7 @@
 
 enum { PS_WAIT = 0, PS_TRIED, PS_PINNED, PS_MISS };
 
-/* ------------------------------------------------------------ transport */
-
-static int is_local(uint32_t pipe)
-{
-    return pipe >= LOCAL_ID_BASE;
-}
-
-/* Park the request being handled; NULL if it cannot be parked now. */
-static void *defer_now(struct kvtierd *d, uint32_t pipe)
-{
-    struct nvs *s = nvs_of(d);
-    if (is_local(pipe)) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 4;
-    if (s->n_parked_nng >= (cap ? cap : 1)) return NULL;
-    void *h = server_defer(d->srv);
-    if (h) s->n_parked_nng++;
-    return h;
-}
-
-/* rsp NULL: nothing to send (the connection is going). */
-static void reply(struct kvtierd *d, struct nvs_park *p, const Kvtier__Response *rsp)
-{
-    if (is_local(p->pipe)) {
-        local_reply_later(d->local, p->later, rsp);
-        return;
-    }
-    nvs_of(d)->n_parked_nng--;
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(d->srv, p->later, m);
-}
+/* ---------------------------------------------------------------- parks */
 
 static void park_free(struct nvs_park *p)
 {
@@ -84,35 +49,32 @@ static void unlink_park(struct kvtierd *d, struct nvs_park *p)
     if (*l) *l = p->next;
 }
 
-static struct nvs_park *park_new(enum park_kind kind, uint32_t pipe,
-                                 uint64_t req_id, void *later)
+static struct nvs_park *park_new(enum park_kind kind)
 {
     struct nvs_park *p = calloc(1, sizeof *p);
     if (!p) abort(); /* control-plane allocation */
     p->kind = kind;
-    p->pipe = pipe;
-    p->req_id = req_id;
-    p->later = later;
     return p;
 }
 
-/* ------------------------------------------------------------- timer */
+static const struct park_ops nv_ops;
 
-static void timer_arm(struct kvtierd *d)
+/* Park the request being handled as p; 0 if it cannot be parked now. */
+static int park_it(struct kvtierd *d, struct nvs_park *p, uint32_t pipe, uint64_t req_id)
 {
-    struct nvs *s = nvs_of(d);
-    uint64_t due = 0;
-    for (const struct nvs_park *p = s->parks; p; p = p->next)
-        if (p->deadline && (due == 0 || p->deadline < due)) due = p->deadline;
-    if (due == s->timer_due) return;
-    s->timer_due = due;
-    struct itimerspec it = {{0, 0}, {0, 0}};
-    if (due) {
-        uint64_t now = kvtierd_clock(d), ms = due > now ? due - now : 1;
-        it.it_value.tv_sec = (time_t)(ms / 1000);
-        it.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
-    }
-    timerfd_settime(s->tfd, 0, &it, NULL);
+    p->park = park_defer(d, pipe, req_id, &nv_ops, p);
+    if (!p->park) return 0;
+    p->next = nvs_of(d)->parks;
+    nvs_of(d)->parks = p;
+    return 1;
+}
+
+/* Send rsp, unlink and free p (FLUSH / VERIFY keep their own state). */
+static void answer_park(struct kvtierd *d, struct nvs_park *p, const Kvtier__Response *rsp)
+{
+    unlink_park(d, p);
+    park_answer(d, p->park, rsp);
+    park_free(p);
 }
 
 /* ----------------------------------------------------------------- GET */
@@ -172,13 +134,11 @@ static void answer_get(struct kvtierd *d, struct nvs_park *p)
 {
     Kvtier__Response rsp;
     void *scratch = NULL;
-    unlink_park(d, p);
-    handle_get_answer(d, p->pipe, p->req_id, p->ns, p->inline_, p->n_keys,
-                      p->slot, leading_pinned(p), &rsp, &scratch);
-    reply(d, p, &rsp);
-    handle_response_free(&rsp, scratch);
+    handle_get_answer(d, park_pipe(p->park), park_req_id(p->park), p->ns, p->inline_,
+                      p->n_keys, p->slot, leading_pinned(p), &rsp, &scratch);
     unpin_park(d, p);
-    park_free(p);
+    answer_park(d, p, &rsp);
+    handle_response_free(&rsp, scratch);
 }
 
 int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
@@ -187,7 +147,7 @@ int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
     size_t k = 0;
     while (k < *n && store_in_dram(d, slots[k])) k++;
     if (k == *n) return 0;
-    struct nvs_park *p = park_new(PARK_GET, pipe, req_id, NULL);
+    struct nvs_park *p = park_new(PARK_GET);
     p->ns = ns;
     p->inline_ = inline_;
     p->n_keys = n_keys;
@@ -199,20 +159,15 @@ int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
         p->slot[i] = slots[i];
         p->gen[i] = idx_at(&d->idx, slots[i])->gen;
     }
-    void *later = settle_all(d, p) ? NULL : defer_now(d, pipe);
-    if (!later) { /* answer now with what is in DRAM; reads go on */
-        *n = leading_pinned(p);
+    if (settle_all(d, p) || !park_it(d, p, pipe, req_id)) {
+        *n = leading_pinned(p); /* answer now with what is in DRAM; reads go on */
         unpin_park(d, p);
         park_free(p);
         return 0;
     }
-    p->later = later;
     uint64_t ms = d->cfg.nvme_get_deadline_ms;
-    p->deadline = kvtierd_clock(d) + (ms ? ms : 1);
-    p->next = nvs_of(d)->parks;
-    nvs_of(d)->parks = p;
+    park_set_deadline(d, p->park, kvtierd_clock(d) + (ms ? ms : 1));
     nvs_of(d)->st.get_waits++;
-    timer_arm(d);
     return 1;
 }
 
@@ -232,27 +187,6 @@ void nvs_park_notify(struct kvtierd *d)
         if (p->kind == PARK_GET && settle_all(d, p)) answer_get(d, p);
         p = next;
     }
-    timer_arm(d);
-}
-
-void nvs_park_timer(struct kvtierd *d)
-{
-    struct nvs *s = nvs_of(d);
-    uint64_t v, now = kvtierd_clock(d);
-    ssize_t r = read(s->tfd, &v, sizeof v);
-    (void)r;
-    s->timer_due = 0;
-    struct nvs_park *p = s->parks;
-    while (p) {
-        struct nvs_park *next = p->next;
-        if (p->kind == PARK_GET && p->deadline <= now) {
-            settle_all(d, p);
-            s->st.get_timeouts++;
-            answer_get(d, p);
-        }
-        p = next;
-    }
-    timer_arm(d);
 }
 
 /* --------------------------------------------------------------- FLUSH */
@@ -272,13 +206,11 @@ static void flush_answer(struct kvtierd *d, struct nvs_park *p)
     Kvtier__FlushResp fr = KVTIER__FLUSH_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
     flush_fields(&fr, f);
-    rsp.id = p->req_id;
+    rsp.id = park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_FLUSH;
     rsp.flush = &fr;
-    unlink_park(d, p);
-    reply(d, p, &rsp);
     f->park = NULL;
-    park_free(p);
+    answer_park(d, p, &rsp);
 }
 
 void nvs_flush_progress(struct kvtierd *d, struct nvs_flush *f)
@@ -319,13 +251,12 @@ void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
         if (q->evict && e->pins == 0) store_drop_dram(d, s); /* already written */
     }
     nvs_pump(d); /* writes complete later, never inside this handler */
-    void *later = f->pending > 1 ? defer_now(d, pipe) : NULL;
-    if (later) {
-        f->park = park_new(PARK_FLUSH, pipe, rsp->id, later);
-        f->park->flush = f;
-        f->park->next = nvs_of(d)->parks;
-        nvs_of(d)->parks = f->park;
+    struct nvs_park *p = f->pending > 1 ? park_new(PARK_FLUSH) : NULL;
+    if (p) p->flush = f;
+    if (p && park_it(d, p, pipe, rsp->id)) {
+        f->park = p;
     } else {
+        if (p) park_free(p);
         fill_flush(rsp, r, f); /* nothing to wait for, or cannot wait */
     }
     nvs_flush_progress(d, f);
@@ -367,13 +298,11 @@ static void verify_answer(struct kvtierd *d, struct nvs_scrub *sc)
     Kvtier__VerifyResp vr = KVTIER__VERIFY_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
     verify_fields(&vr, sc);
-    rsp.id = p->req_id;
+    rsp.id = park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_VERIFY;
     rsp.verify = &vr;
-    unlink_park(d, p);
-    reply(d, p, &rsp);
-    park_free(p);
     sc->park = NULL;
+    answer_park(d, p, &rsp);
 }
 
 static void scrub_end(struct kvtierd *d, struct sctx *c, int bad)
@@ -406,8 +335,8 @@ static void scrub_verified(struct kvtierd *d, struct nvs_job *j)
     struct nvs_scrub *sc = nvs_of(d)->scrub;
     sc->checked++;
     nvs_of(d)->st.scrubbed++;
-    sc->bytes += j->n;
-    scrub_end(d, c, !j->ok);
+    sc->bytes += j->c.n;
+    scrub_end(d, c, !j->c.ok);
 }
 
 /* The header must name the chunk the index says lies there. */
@@ -438,8 +367,7 @@ static void scrub_read(void *arg, kvt_err err)
         scrub_end(d, c, 1);
         return;
     }
-    c->job = (struct nvs_job){c->buf + NVME_HDR, e->size, e->csum, 0, scrub_verified, c, NULL};
-    nvs_worker_submit(d, &c->job);
+    nvs_check(d, &c->job, c->buf + NVME_HDR, e->size, e->csum, scrub_verified, c);
 }
 
 static int scrubbable(const struct kvtierd *d, uint32_t slot)
@@ -513,14 +441,13 @@ void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
         s->scrub = NULL;
         return;
     }
-    void *later = defer_now(d, pipe);
-    if (!later) { /* the reads in flight finish; nothing more starts */
+    struct nvs_park *p = park_new(PARK_VERIFY);
+    if (!park_it(d, p, pipe, rsp->id)) { /* the reads in flight finish; nothing more starts */
+        park_free(p);
         req_fail(r, KVT_EBUSY, "too many requests waiting; try again");
         return;
     }
-    sc->park = park_new(PARK_VERIFY, pipe, rsp->id, later);
-    sc->park->next = s->parks;
-    s->parks = sc->park;
+    sc->park = p;
 }
 
 /* Every tick: a scrub that stopped at its slice bound goes on. */
@@ -531,28 +458,29 @@ void nvs_scrub_tick(struct kvtierd *d)
 
 /* ------------------------------------------------------- clients going */
 
-static void drop_park(struct kvtierd *d, struct nvs_park *p)
+/* park.c: the client left (park.c frees the park itself). A FLUSH goes
+ * on unanswered; a VERIFY stops starting reads. */
+static void park_gone(struct kvtierd *d, void *owner)
 {
+    struct nvs_park *p = owner;
     unlink_park(d, p);
-    reply(d, p, NULL);
     if (p->kind == PARK_GET) unpin_park(d, p);
     if (p->kind == PARK_FLUSH) p->flush->park = NULL;
     if (p->kind == PARK_VERIFY) nvs_of(d)->scrub->park = NULL;
     park_free(p);
+    if (nvs_of(d)->scrub) scrub_next(d);
 }
 
-void nvs_pipe_removed(struct kvtierd *d, uint32_t pipe)
+/* Only GETs have a deadline. */
+static void park_due(struct kvtierd *d, void *owner)
 {
-    if (!d->nvs) return;
-    struct nvs_park *p = nvs_of(d)->parks;
-    while (p) {
-        struct nvs_park *next = p->next;
-        if (p->pipe == pipe) drop_park(d, p);
-        p = next;
-    }
-    timer_arm(d);
-    scrub_next(d);
+    struct nvs_park *p = owner;
+    settle_all(d, p);
+    nvs_of(d)->st.get_timeouts++;
+    answer_get(d, p);
 }
+
+static const struct park_ops nv_ops = {park_gone, park_due};
 
 /* Shutdown: answer whatever is parked with what it has now. */
 void nvs_park_quiesce(struct kvtierd *d)

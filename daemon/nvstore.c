@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -372,15 +371,10 @@ static int load(struct kvtierd *d)
 
 static int open_fds(struct nvs *s)
 {
-    s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     s->ep = epoll_create1(EPOLL_CLOEXEC);
-    if (s->tfd < 0 || s->ep < 0) return -1;
-    int fds[2] = {uring_fd(s->tier->ring), s->tfd};
-    for (int i = 0; i < 2; i++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
-        if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) return -1;
-    }
-    return 0;
+    if (s->ep < 0) return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = uring_fd(s->tier->ring)};
+    return epoll_ctl(s->ep, EPOLL_CTL_ADD, ev.data.fd, &ev);
 }
 
 static int open_tier(struct kvtierd *d)
@@ -408,13 +402,13 @@ int nvs_open(struct kvtierd *d)
     }
     struct nvs *s = calloc(1, sizeof *s);
     if (!s) abort(); /* start-up allocation */
-    s->ep = s->tfd = -1;
+    s->ep = -1;
     s->max_writes = (uint32_t)d->cfg.nvme_queue_depth;
     d->nvs = s;
     d->idx.nv_active = 1;
     if (open_tier(d) != 0 || load(d) != 0) return -1;
     if (nvs_worker_start(d) != 0 || open_fds(s) != 0) {
-        log_error("nvme", "worker thread, epoll or timerfd: %s", strerror(errno));
+        log_error("nvme", "worker thread or epoll: %s", strerror(errno));
         return -1;
     }
     log_info("nvme", "tier up: %u dir(s) of %llu MiB, queue depth %llu, %s, "
@@ -434,10 +428,7 @@ int nvs_fd(const struct kvtierd *d)
 void nvs_poll(struct kvtierd *d)
 {
     struct nvs *s = d->nvs;
-    uint64_t v;
-    uring_poll(s->tier->ring);
-    nvs_worker_collect(d);
-    if (read(s->tfd, &v, sizeof v) == (ssize_t)sizeof v) nvs_park_timer(d);
+    uring_poll(s->tier->ring); /* checksum verdicts come through d->cq */
 }
 
 void nvs_tick(struct kvtierd *d)
@@ -455,7 +446,7 @@ void nvs_quiesce(struct kvtierd *d)
     s->closing = 1;
     while (s->reads || s->writes || (s->scrub && s->scrub->inflight)) {
         uring_drain(s->tier->ring);
-        nvs_worker_collect(d);
+        wq_cq_poll(d->cq); /* checksum verdicts */
         if (s->reads || (s->scrub && s->scrub->inflight)) usleep(200);
     }
     nvs_park_quiesce(d);
@@ -470,7 +461,6 @@ void nvs_close(struct kvtierd *d)
     nvme_close(s->tier);
     nvx_close(s->index); /* writes out what is queued first */
     if (s->ep >= 0) close(s->ep);
-    if (s->tfd >= 0) close(s->tfd);
     free(s->wq);
     free(s->scrub);
     free(s);

@@ -22,7 +22,7 @@
  *  - NVMe has its own watermarks; its victims are its leaves (index.h).
  *  - GET of chunks only on NVMe reserves DRAM, reads, verifies the
  *    checksum on the worker, then answers; the request is parked
- *    (server_defer / local_defer) until then or until its deadline, when
+ *    (park.c) until then or until its deadline, when
  *    it is answered with what is in DRAM. A checksum mismatch is a miss, a
  *    counter, and the record is dropped; a read error is a miss and a
  *    counter. LOOKUP's prefetch flag starts the same reads without
@@ -85,7 +85,6 @@ void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
                   const Kvtier__Flush *q, Kvtier__Response *rsp);
 void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
                    const Kvtier__Verify *q, Kvtier__Response *rsp);
-void nvs_pipe_removed(struct kvtierd *d, uint32_t pipe);
 void nvs_fill_stats(struct req *r, struct kvtierd *d, Kvtier__StatsResp *s);
 
 /* handlers.c: the answer of a parked GET, built as do_get builds one:

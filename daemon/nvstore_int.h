@@ -1,8 +1,8 @@
 /*
  * nvstore_int.h -- what the NVMe policy's files share (nvstore.c: open,
  * load, close, stats; nvio.c: writes, reads, the checksum worker, NVMe
- * eviction; nvpark.c: parked GET / FLUSH / VERIFY). Core thread only,
- * except struct nvs_worker's queues (its own mutex).
+ * eviction; nvpark.c: parked GET / FLUSH / VERIFY). Core thread only
+ * (the checksum worker is a workq.c queue).
  */
 #ifndef KVT_NVSTORE_INT_H
 #define KVT_NVSTORE_INT_H
@@ -15,6 +15,7 @@
 #include "nvindex.h"
 #include "nvme.h"
 #include "nvstore.h"
+#include "workq.h"
 
 /* A write waiting for the device (write-through, FLUSH). */
 struct nvs_wq_item {
@@ -29,22 +30,12 @@ struct nvs_flush {
     struct nvs_park *park; /* NULL once answered or its client left */
 };
 
-/* A checksum job for the worker, and its result. */
+/* A checksum for the worker (workq.h); done runs on the core thread. */
 struct nvs_job {
-    const uint8_t *p;
-    uint64_t n, want;
-    int ok;
+    struct wq_csum c; /* first: the wq_job is the nvs_job */
+    struct kvtierd *d;
     void (*done)(struct kvtierd *d, struct nvs_job *j);
     void *ctx;
-    struct nvs_job *next;
-};
-
-struct nvs_worker {
-    pthread_t thr;
-    int started, stop, efd;
-    pthread_mutex_t mtx; /* guards todo, done, stop */
-    pthread_cond_t cv;
-    struct nvs_job *todo, *todo_tail, *done;
 };
 
 enum park_kind { PARK_GET = 1, PARK_FLUSH, PARK_VERIFY };
@@ -52,10 +43,7 @@ enum park_kind { PARK_GET = 1, PARK_FLUSH, PARK_VERIFY };
 /* A request answered later. */
 struct nvs_park {
     enum park_kind kind;
-    uint32_t pipe;
-    uint64_t req_id;
-    void *later;         /* server_later or local_later */
-    uint64_t deadline;   /* kvtierd_clock ms; 0: none */
+    struct park *park;   /* park.c: connection, request id, deadline */
     /* GET */
     uint16_t ns;
     int inline_;
@@ -94,11 +82,9 @@ struct nvs {
     uint64_t demoting;       /* DRAM bytes writes in flight will free */
     uint64_t full_until;     /* kvtierd_clock ms: no space, do not try */
     int full_logged;
-    struct nvs_worker w;
-    int ep, tfd;             /* epoll over the ring's eventfd + timer */
-    uint64_t timer_due;
+    struct workq *csq;       /* checksums of what is read back */
+    int ep;                  /* epoll over the ring's eventfd */
     struct nvs_park *parks;
-    uint32_t n_parked_nng;
     struct nvs_scrub *scrub;
     int closing;             /* shutdown: start no new reads */
     struct nvs_stats st;
@@ -112,8 +98,10 @@ static inline struct nvs *nvs_of(const struct kvtierd *d)
 /* nvio.c */
 int nvs_worker_start(struct kvtierd *d);
 void nvs_worker_stop(struct kvtierd *d);
-void nvs_worker_submit(struct kvtierd *d, struct nvs_job *j);
-void nvs_worker_collect(struct kvtierd *d);
+/* Check p[0..n) against want on the worker; done(d, j) gets j->c.ok. */
+void nvs_check(struct kvtierd *d, struct nvs_job *j, const void *p, uint64_t n,
+               uint64_t want, void (*done)(struct kvtierd *d, struct nvs_job *j),
+               void *ctx);
 void nvs_pump(struct kvtierd *d);
 int nvs_promote(struct kvtierd *d, uint32_t slot);
 int nvs_enqueue_write(struct kvtierd *d, uint32_t slot, struct nvs_flush *f);
@@ -124,7 +112,6 @@ void nvs_fill_rec(const struct kvtierd *d, uint32_t slot, struct nvx_rec *r);
 
 /* nvpark.c */
 void nvs_park_notify(struct kvtierd *d);
-void nvs_park_timer(struct kvtierd *d);
 void nvs_flush_progress(struct kvtierd *d, struct nvs_flush *f);
 void nvs_park_quiesce(struct kvtierd *d);
 void nvs_scrub_tick(struct kvtierd *d);

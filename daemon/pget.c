@@ -10,22 +10,24 @@
  * death. The requester reserves DRAM for each chunk (store_reserve: the
  * slot stays PENDING, invisible), pulls the bytes with UCX one-sided gets
  * straight into it (tiers/peer.c), has the XXH3-64 checksum verified on
- * a worker thread (results come back through the peer tier's fd, so the
- * core never reads a whole chunk), and only then commits the chunk as a
+ * a worker thread (a workq.c queue; verdicts come back through the
+ * daemon's completion queue, so the core never reads a whole chunk), and
+ * only then commits the chunk as a
  * local replica; the holder is told to
- * unpin as soon as its chunks are in. The GET is parked (as nvpark.c
- * parks one for NVMe) and answered with the local prefix extended by the
- * verified chunks, once every fetch has ended or at its deadline
- * (Get.deadline_ms, else nvme.get_deadline_ms): then fetches still in
- * flight are cancelled, and their reserved space is freed only when UCX
- * has let go of it. A bad checksum, a failed fetch or a dead holder is a
+ * unpin as soon as its chunks are in. The GET is parked (park.c) and
+ * answered with the local prefix extended by the verified chunks, once
+ * every fetch has ended or at the park's deadline (Get.deadline_ms, else
+ * nvme.get_deadline_ms): then fetches still in flight are cancelled, and
+ * their reserved space is freed only when UCX has let go of it. A GET
+ * whose client leaves is settled the same way, with no answer sent
+ * (get_gone): fetches in flight end on their own and free their space. A bad checksum, a failed fetch or a dead holder is a
  * miss, counted; no byte of an unverified chunk is ever visible.
  *
  * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
  * it pins (restored at unpin): what a requester pulls then fails its
  * checksum.
  */
-#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,12 +35,12 @@
 #include "fault.h"
 #include "kvcache.h"
 #include "kvtierd.h"
-#include "local.h"
 #include "log.h"
 #include "nvstore.h" /* handle_get_answer */
+#include "park.h"
 #include "peer.h"
-#include "server.h"
 #include "wire.h"
+#include "workq.h"
 
 #define PG_REAP_MS 10000 /* an answered GET waits this long for holders */
 
@@ -47,6 +49,7 @@ enum { PI_NONE = 0, PI_FETCH, PI_VERIFY, PI_OK, PI_MISS };
 struct pget;
 
 struct pitem { /* one key fetched from a peer */
+    struct wq_csum check; /* its checksum, on the worker */
     struct pget *g;
     struct ppin *pin;
     uint32_t slot;
@@ -66,7 +69,7 @@ struct ppin { /* one PeerPin sent, until its chunks are in */
 
 struct pget {
     struct kvtierd *d;
-    void *later;
+    struct park *park; /* while parked; NULL once answered or never */
     uint32_t pipe;
     uint64_t req_id, deadline;
     uint16_t ns;
@@ -86,30 +89,12 @@ struct hpin { /* holder side: chunks pinned for a peer */
     struct hpin *next;
 };
 
-struct cjob { /* a fetched chunk's checksum, computed off the core */
-    struct pitem *it;
-    const void *p;
-    uint64_t n, want;
-    int ok;
-    struct cjob *next;
-};
-
-struct cworker {
-    pthread_t th;
-    pthread_mutex_t mu; /* guards in, out, stop */
-    pthread_cond_t cv;
-    struct cjob *in, *out;
-    int stop, started;
-    struct peer_tier *pt; /* kicked when out gains a job */
-};
-
 struct pgs {
-    struct cworker w;
+    struct workq *wq; /* checksums of fetched chunks; NULL: no peer tier */
     struct pget *gets;
     struct ppin *pins;
     struct hpin *hpins;
     uint64_t next_id;
-    uint32_t n_parked_nng;
     uint64_t hits, bad_csum, fetch_failed, expired;
 };
 
@@ -233,18 +218,6 @@ static void send_unpin(struct kvtierd *d, uint32_t holder, uint64_t id)
     cl_send(d, m, &pm);
 }
 
-static void reply(struct kvtierd *d, struct pget *g, const Kvtier__Response *rsp)
-{
-    if (g->pipe >= LOCAL_ID_BASE) {
-        local_reply_later(d->local, g->later, rsp);
-        return;
-    }
-    pg_of(d)->n_parked_nng--;
-    nng_msg *m = NULL;
-    if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-    server_reply_later(d->srv, g->later, m);
-}
-
 static void pget_free(struct kvtierd *d, struct pget *g)
 {
     struct pgs *s = pg_of(d);
@@ -290,7 +263,8 @@ static void unpin_local(struct kvtierd *d, struct pget *g)
             store_free(d, g->slots[k]), g->slots[k] = IDX_NONE;
 }
 
-/* Answer with the local prefix plus the verified chunks that follow. */
+/* Answer with the local prefix plus the verified chunks that follow
+ * (nothing is sent once the client left: g->park is NULL then). */
 static void answer(struct kvtierd *d, struct pget *g)
 {
     commit_fetched(d, g);
@@ -299,15 +273,15 @@ static void answer(struct kvtierd *d, struct pget *g)
     while (n < g->n_keys && g->slots[n] != IDX_NONE &&
            idx_at(&d->idx, g->slots[n])->state == IDX_READY)
         n++;
+    g->answered = 1;
+    if (!g->park) return;
     Kvtier__Response rsp;
     void *scratch = NULL;
-    int alive = pipe_alive(d, g->pipe);
-    if (alive)
-        handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
-                          n, &rsp, &scratch);
-    reply(d, g, alive ? &rsp : NULL);
-    if (alive) handle_response_free(&rsp, scratch);
-    g->answered = 1;
+    handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
+                      n, &rsp, &scratch);
+    park_answer(d, g->park, &rsp);
+    g->park = NULL;
+    handle_response_free(&rsp, scratch);
 }
 
 static void ppin_free(struct kvtierd *d, struct ppin *p)
@@ -349,57 +323,21 @@ static void item_done(struct kvtierd *d, struct pitem *it)
 }
 
 /* The worker's verdict on a fetched chunk (core thread). */
-static void verified(struct kvtierd *d, struct cjob *j)
+static void verified(struct wq_job *j)
 {
-    struct pitem *it = j->it;
-    if (!j->ok) {
+    struct pitem *it = (struct pitem *)((char *)j - offsetof(struct pitem, check));
+    struct kvtierd *d = it->g->d;
+    if (!it->check.ok) {
         pg_of(d)->bad_csum++;
         log_warn("peer", "chunk from node %u failed its checksum: a miss",
                  (unsigned)it->pin->holder);
         it->st = PI_MISS;
     } else {
         struct member *m = cl_find(d->cl, it->pin->holder);
-        if (m) m->bytes_in += j->n;
+        if (m) m->bytes_in += it->check.n;
         it->st = PI_OK;
     }
-    free(j);
     item_done(d, it);
-}
-
-static void *cworker_main(void *arg)
-{
-    struct cworker *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!w->in && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        struct cjob *j = w->in;
-        if (!j) break; /* stopping, and nothing left to check */
-        w->in = j->next;
-        pthread_mutex_unlock(&w->mu);
-        j->ok = kvt_checksum(j->p, j->n) == j->want;
-        pthread_mutex_lock(&w->mu);
-        j->next = w->out;
-        w->out = j;
-        peer_kick(w->pt);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-/* Run the verdicts the worker has ready. Core thread. */
-static void collect(struct kvtierd *d)
-{
-    struct cworker *w = &pg_of(d)->w;
-    if (!w->started) return;
-    pthread_mutex_lock(&w->mu);
-    struct cjob *j = w->out;
-    w->out = NULL;
-    pthread_mutex_unlock(&w->mu);
-    while (j) {
-        struct cjob *next = j->next;
-        verified(d, j);
-        j = next;
-    }
 }
 
 /* A fetch ended: a failure settles the item now; bytes go to the worker
@@ -411,22 +349,16 @@ static void fetched(void *arg, int status)
     struct kvtierd *d = g->d;
     struct pgs *s = pg_of(d);
     it->f = NULL;
-    if (status != 0 || !s->w.started) {
+    if (status != 0 || !s->wq) {
         s->fetch_failed += status != 0;
         it->st = PI_MISS;
         item_done(d, it);
         return;
     }
-    struct cjob *j = calloc(1, sizeof *j);
-    if (!j) abort(); /* control-plane allocation */
-    *j = (struct cjob){it, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
-                       it->csum, 0, NULL};
+    wq_csum_init(&it->check, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
+                 it->csum, verified);
     it->st = PI_VERIFY;
-    pthread_mutex_lock(&s->w.mu);
-    j->next = s->w.in;
-    s->w.in = j;
-    pthread_cond_signal(&s->w.cv);
-    pthread_mutex_unlock(&s->w.mu);
+    wq_submit(s->wq, &it->check.job);
 }
 
 /* Start pulling item k of g from the holder's pool. */
@@ -551,17 +483,6 @@ static void resolved(struct kvtierd *d, void *arg, const uint32_t *holders, uint
     settle(d, g);
 }
 
-static void *defer_now(struct kvtierd *d, uint32_t pipe)
-{
-    struct pgs *s = pg_of(d);
-    if (pipe >= LOCAL_ID_BASE) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 8;
-    if (s->n_parked_nng >= (cap ? cap : 1)) return NULL;
-    void *h = server_defer(d->srv);
-    if (h) s->n_parked_nng++;
-    return h;
-}
-
 static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t ns,
                              const uint32_t *slots, size_t n)
 {
@@ -585,6 +506,32 @@ static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t n
     return g;
 }
 
+/* Past the deadline: answer with what is verified, cancel the rest. */
+static void expire(struct kvtierd *d, struct pget *g)
+{
+    pg_of(d)->expired++;
+    for (uint32_t k = g->n_local; k < g->n_keys; k++)
+        if (g->it[k].f) peer_cancel(d->cl->pt, g->it[k].f);
+    answer(d, g);
+    maybe_free(d, g);
+}
+
+/* park.c: the client left. Settle as an answer would, sending nothing. */
+static void get_gone(struct kvtierd *d, void *owner)
+{
+    struct pget *g = owner;
+    g->park = NULL;
+    answer(d, g);
+    maybe_free(d, g);
+}
+
+static void get_due(struct kvtierd *d, void *owner)
+{
+    expire(d, owner);
+}
+
+static const struct park_ops get_ops = {get_gone, get_due};
+
 int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier__Get *q,
                 const uint32_t *slots, size_t n)
 {
@@ -603,21 +550,14 @@ int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier_
     gx_resolve(d, g->keys + n, g->n_keys - (uint32_t)n, gx_ns_hash(q->ns), resolved, g);
     g->sync = 0;
     int waiting = g->pins_out || g->fetching || g->resolving;
-    if (waiting && (g->later = defer_now(d, pipe))) return 1;
+    if (waiting && (g->park = park_defer(d, pipe, req_id, &get_ops, g))) {
+        park_set_deadline(d, g->park, g->deadline);
+        return 1;
+    }
     unpin_local(d, g); /* answered now, by the caller, with the local prefix */
     g->answered = 1;   /* what is in flight ends without a reply */
     maybe_free(d, g);
     return 0;
-}
-
-/* Past the deadline: answer with what is verified, cancel the rest. */
-static void expire(struct kvtierd *d, struct pget *g)
-{
-    pg_of(d)->expired++;
-    for (uint32_t k = g->n_local; k < g->n_keys; k++)
-        if (g->it[k].f) peer_cancel(d->cl->pt, g->it[k].f);
-    answer(d, g);
-    maybe_free(d, g);
 }
 
 /* Pins a holder never answered, long after their GET was answered. */
@@ -639,20 +579,14 @@ void pg_tick(struct kvtierd *d)
     if (!s) return;
     uint64_t now = kvtierd_clock(d);
     hpins_drop(d, 0, now, 0);
-    for (struct pget *g = s->gets, *next; g; g = next) {
-        next = g->next;
-        if (!g->answered && now >= g->deadline) expire(d, g);
-    }
-    reap(d, now);
+    reap(d, now); /* parked GETs' deadlines are park.c's */
     if (d->cl->pt) peer_progress(d->cl->pt);
-    collect(d);
 }
 
 void pg_poll(struct kvtierd *d)
 {
     if (!pg_of(d) || !d->cl->pt) return;
     peer_progress(d->cl->pt);
-    collect(d);
 }
 
 /* m died or restarted: its pins here go, our pins there are misses, and
@@ -689,14 +623,11 @@ int pg_open(struct kvtierd *d)
         log_warn("peer", "no peer tier (GETs stay local): %s", err);
         return 0;
     }
-    s->w.pt = d->cl->pt;
-    pthread_mutex_init(&s->w.mu, NULL);
-    pthread_cond_init(&s->w.cv, NULL);
-    if (pthread_create(&s->w.th, NULL, cworker_main, &s->w) != 0) {
+    struct wq_opts o = {.name = "peer-checksum", .threads = 1, .cq = d->cq};
+    if (workq_open(&o, &s->wq) != 0) {
         log_error("peer", "cannot start the checksum worker");
         return -1;
     }
-    s->w.started = 1;
     log_info("peer", "peer tier ready: DRAM pool registered with UCX");
     return 0;
 }
@@ -715,16 +646,8 @@ void pg_close(struct kvtierd *d)
         d->cl->m[i].conn = NULL;
     }
     if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
-    if (!s->w.started) return;
-    pthread_mutex_lock(&s->w.mu);
-    s->w.stop = 1; /* the worker checks what is queued, then exits */
-    pthread_cond_signal(&s->w.cv);
-    pthread_mutex_unlock(&s->w.mu);
-    pthread_join(s->w.th, NULL);
-    collect(d);
-    s->w.started = 0;
-    pthread_mutex_destroy(&s->w.mu);
-    pthread_cond_destroy(&s->w.cv);
+    workq_close(s->wq, WQ_DRAIN); /* checks what is queued; verdicts applied */
+    s->wq = NULL;
 }
 
 /* After gx_close (resolutions answered): free what is left. */

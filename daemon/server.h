@@ -46,7 +46,8 @@ void server_post(struct server *s, void (*fn)(void *arg), void *arg);
 struct server_later;
 struct server_later *server_defer(struct server *s);
 /* Send the deferred reply (owned by the server from then on); rsp NULL
- * sends nothing. Core thread; not after server_close. */
+ * sends nothing. Core thread; not after server_close. Modules do not call
+ * this: park.c does. */
 void server_reply_later(struct server *s, struct server_later *h,
                         nng_msg *rsp);
 

@@ -24,6 +24,7 @@
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "workq.h"
 
 static struct kvtierd *D;
 static char pool[96];
@@ -43,6 +44,7 @@ static int setup(void **state)
     D->start_ms = now_ms();
     log_set_level(LOG_ERROR);
     unsetenv("KVT_CUDA_LIB");
+    if (wq_cq_open(&D->cq) != 0) return -1;
     return kvc_open(D);
 }
 
@@ -50,6 +52,7 @@ static int teardown(void **state)
 {
     (void)state;
     kvc_close(D);
+    wq_cq_close(D->cq);
     idx_destroy(&D->idx);
     ns_free(&D->ns);
     dram_close(D->dram, 1);

@@ -31,39 +31,28 @@
 #define N 3
 #define FAIL_MS "2000"
 
-static struct tdaemon D[N];
-static char url[N][64];
+static struct tcluster T;
+#define D T.d
+#define url T.url
 
 static int start_node(int i)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", i + 1);
-    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
-                           "--cluster.seeds", i ? url[0] : "",
-                           "--cluster.heartbeat_ms", "100",
-                           "--cluster.failure_timeout_ms", FAIL_MS, NULL};
-    return td_start(&D[i], extra);
+    return tc_start(&T, i, atoi(FAIL_MS), NULL);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++) {
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
-        if (start_node(i) != 0) return -1;
-    }
+    tc_init(&T, N);
+    for (int i = 0; i < N; i++)
+        if (start_node(i) != 0) return tc_teardown(&T), -1;
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = 0;
-    for (int i = 0; i < N; i++) {
-        if (D[i].pid > 0 && td_stop(&D[i]) != 0) rc = -1;
-        td_cleanup(&D[i]);
-    }
-    return rc;
+    return tc_teardown(&T);
 }
 
 /* PEERS from node i; caller frees. */

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,50 +34,35 @@
 #define NS "cl/idx"
 #define CHUNK 4096
 
-static struct tdaemon D[MAXN];
-static char url[MAXN][64];
-static kvt_client *C[MAXN];
+static struct tcluster T;
+#define D T.d
+#define url T.url
+#define C T.c
 
 static int start_node(int i)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", i + 1);
-    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
-                           "--cluster.seeds", i ? url[0] : "",
-                           "--cluster.heartbeat_ms", "100",
-                           "--cluster.failure_timeout_ms", "2000", NULL};
-    if (td_start(&D[i], extra) != 0) return -1;
-    C[i] = td_connect(&D[i]);
-    return 0;
+    return tc_start(&T, i, 2000, NULL);
 }
 
 /* 0, or -1 if the daemon did not stop cleanly (a sanitizer report). */
 static int stop_node(int i)
 {
-    if (C[i]) kvt_close(C[i]);
-    C[i] = NULL;
-    return D[i].pid > 0 && td_stop(&D[i]) != 0 ? -1 : 0;
+    return tc_stop(&T, i);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    for (int i = 0; i < MAXN; i++)
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
+    tc_init(&T, MAXN);
     for (int i = 0; i < 3; i++)
-        if (start_node(i) != 0) return -1;
+        if (start_node(i) != 0) return tc_teardown(&T), -1;
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = 0;
-    for (int i = 0; i < MAXN; i++) {
-        if (stop_node(i) != 0) rc = -1;
-        td_cleanup(&D[i]);
-    }
-    return rc;
+    return tc_teardown(&T);
 }
 
 static void put_one(int node, uint64_t seed)
@@ -89,8 +75,9 @@ static void put_one(int node, uint64_t seed)
     assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
 }
 
-/* LOOKUP of keys seeded first..first+n on node i; tiers out. */
-static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)
+/* LOOKUP of keys seeded first..first+n through client c; tiers out. */
+static uint32_t lookup_on(kvt_client *c, uint64_t first, uint32_t n, int local_only,
+                          int *tiers)
 {
     ProtobufCBinaryData kb[64];
     kvt_key keys[64];
@@ -108,12 +95,17 @@ static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *t
     q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
     q.lookup = &l;
     Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
     assert_int_equal(r->err, 0);
     uint32_t got = r->lookup->n_present;
     for (uint32_t j = 0; tiers && j < n; j++) tiers[j] = r->lookup->tiers[j];
     kvtier__response__free_unpacked(r, NULL);
     return got;
+}
+
+static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)
+{
+    return lookup_on(C[i], first, n, local_only, tiers);
 }
 
 /* Wait until node i finds exactly `want` of the n keys from `first`. */
@@ -172,6 +164,97 @@ static void test_join_and_leave_while_putting(void **state)
         }
         assert_int_equal(wait_found(i, 2200, 30, 0), 0); /* the leaver's: misses */
     }
+}
+
+/* A member joins while the holder has not heard of it yet (stopped): the
+ * owners the asker now counts on have not been told, and the one that was
+ * no longer owns the keys. A LOOKUP that found every key must still find
+ * every key (issue 10: it flapped from 8 to 2). Node A holds 16 chunks;
+ * C joins through A; A stops; B joins through C. */
+static struct tcluster J;
+
+static int wait_found_on(kvt_client *c, uint64_t first, uint32_t n)
+{
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end; usleep(100000))
+        if (lookup_on(c, first, n, 0, NULL) == n) return 0;
+    return -1;
+}
+
+/* Entries in node c's part of the global index. */
+static uint64_t index_entries(kvt_client *c)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    uint64_t n = r->peers->index_entries;
+    kvtier__response__free_unpacked(r, NULL);
+    return n;
+}
+
+static void test_no_flap_while_a_member_joins(void **state)
+{
+    (void)state;
+    uint8_t buf[CHUNK];
+    tc_init(&J, 3);
+    J.seed[1] = 2; /* B joins through C */
+    assert_int_equal(tc_start(&J, 0, 20000, NULL), 0);
+    for (uint64_t s = 0; s < 16; s++) {
+        kvt_key k = td_key(7000 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 7000 + s);
+        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    }
+    assert_int_equal(tc_start(&J, 2, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&J, 2, 1, 0), 0);
+    assert_int_equal(wait_found_on(J.c[2], 7000, 16), 0);
+    for (int t = 0; t < 200 && index_entries(J.c[2]) < 16; t++) usleep(50000);
+    assert_int_equal(index_entries(J.c[2]), 16); /* C owns every key now */
+    kill(J.d[0].pid, SIGSTOP);           /* A hears of nobody new */
+    assert_int_equal(tc_start(&J, 1, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&J, 2, 2, 0), 0);
+    usleep(300000);                      /* a few ticks: sweeps run */
+    assert_int_equal(lookup_on(J.c[2], 7000, 16, 0, NULL), 16);
+    kill(J.d[0].pid, SIGCONT);
+    assert_int_equal(tc_wait_alive(&J, 0, 2, 0), 0);
+    assert_int_equal(lookup_on(J.c[2], 7000, 16, 0, NULL), 16);
+    assert_int_equal(wait_found_on(J.c[1], 7000, 16), 0);
+    assert_int_equal(tc_teardown(&J), 0);
+}
+
+/* The holder A stalls (SIGSTOP) past the others' failure timeout but not
+ * its own: B and C take it for dead and drop what it holds, then hear it
+ * again; A saw no change. The owners must learn A's chunks again (A
+ * republishes when a member it holds alive sends it Joins), or every key
+ * they own stays a miss (issue 10). */
+static void test_owners_relearn_after_holder_stall(void **state)
+{
+    (void)state;
+    uint8_t buf[CHUNK];
+    tc_init(&J, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tc_start(&J, i, i == 0 ? 30000 : 1000, NULL), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(tc_wait_alive(&J, i, 2, 0), 0);
+    for (uint64_t s = 0; s < 16; s++) {
+        kvt_key k = td_key(8000 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 8000 + s);
+        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    }
+    assert_int_equal(wait_found_on(J.c[2], 8000, 16), 0);
+    kill(J.d[0].pid, SIGSTOP);
+    for (int t = 0; t < 300 && index_entries(J.c[2]) > 0; t++) usleep(50000);
+    assert_int_equal(index_entries(J.c[2]), 0); /* C took A for dead */
+    kill(J.d[0].pid, SIGCONT);
+    assert_int_equal(tc_wait_alive(&J, 2, 2, 0), 0);
+    assert_int_equal(tc_wait_alive(&J, 1, 2, 0), 0);
+    assert_int_equal(wait_found_on(J.c[2], 8000, 16), 0);
+    assert_int_equal(wait_found_on(J.c[1], 8000, 16), 0);
+    assert_int_equal(tc_teardown(&J), 0);
 }
 
 static uint64_t node2_inc;
@@ -279,6 +362,8 @@ int main(void)
         cmocka_unit_test(test_put_on_a_lookup_on_c),
         cmocka_unit_test(test_malformed_index_messages),
         cmocka_unit_test(test_join_and_leave_while_putting),
+        cmocka_unit_test(test_no_flap_while_a_member_joins),
+        cmocka_unit_test(test_owners_relearn_after_holder_stall),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -33,33 +33,19 @@
 #define N 3
 #define NS "cl/peer"
 
-static struct tdaemon D[N];
-static char url[N][64];
-static kvt_client *C[N];
+static struct tcluster T;
+#define D T.d
+#define url T.url
+#define C T.c
 static const char *wakeup = "1";
 
 static int start_node(int i)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", i + 1);
-    const char *extra[] = {"--cluster.node_id", id, "--cluster.listen", url[i],
-                           "--cluster.seeds", i ? url[0] : "",
-                           "--cluster.heartbeat_ms", "100",
-                           "--cluster.failure_timeout_ms", "2000",
-                           "--cluster.ucx_wakeup", wakeup, "--pool-bytes", "128M", NULL};
+    const char *extra[] = {"--cluster.ucx_wakeup", wakeup, "--pool-bytes", "128M", NULL};
     if (i == 1) setenv("KVT_FAULT", "peer_corrupt=1+", 1);
-    int rc = td_start(&D[i], extra);
+    int rc = tc_start(&T, i, 2000, extra);
     unsetenv("KVT_FAULT");
-    if (rc == 0) C[i] = td_connect(&D[i]);
     return rc;
-}
-
-/* 0, or -1 if the daemon did not stop cleanly (a sanitizer report). */
-static int stop_node(int i)
-{
-    if (C[i]) kvt_close(C[i]);
-    C[i] = NULL;
-    return D[i].pid > 0 && td_stop(&D[i]) != 0 ? -1 : 0;
 }
 
 static Kvtier__PeersResp *peers(int i, Kvtier__Response **r)
@@ -96,12 +82,10 @@ static int setup_with(const char *tls, const char *wk, int ports)
 {
     setenv("UCX_TLS", tls, 1);
     wakeup = wk;
-    memset(D, 0, sizeof D);
     (void)ports;
+    tc_init(&T, N);
     for (int i = 0; i < N; i++)
-        snprintf(url[i], sizeof url[i], "tcp://127.0.0.1:%d", td_free_port());
-    for (int i = 0; i < N; i++)
-        if (start_node(i) != 0) return -1;
+        if (start_node(i) != 0) return tc_teardown(&T), -1;
     return wait_ready();
 }
 
@@ -120,12 +104,7 @@ static int setup_shm(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    int rc = 0;
-    for (int i = 0; i < N; i++) {
-        if (stop_node(i) != 0) rc = -1;
-        td_cleanup(&D[i]);
-    }
-    return rc;
+    return tc_teardown(&T);
 }
 
 static size_t size_of(uint64_t seed)

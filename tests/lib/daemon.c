@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_internal.h"
+
 int td_free_port(void)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -89,7 +91,10 @@ int td_start(struct tdaemon *d, const char *const *extra)
             kvt_close(c);
             return 0;
         }
-        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) break;
+        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+            d->pid = 0; /* reaped: never signal that pid again */
+            break;
+        }
         usleep(20000);
     }
     fprintf(stderr, "td_start: kvtierd did not come up; log %s\n", d->log);
@@ -180,4 +185,97 @@ kvt_key td_key(uint64_t seed)
     kvt_key k;
     td_fill(k.b, sizeof k.b, seed ^ 0x6b657973ull);
     return k;
+}
+
+int td_alive(const struct tdaemon *d)
+{
+    return d->pid > 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+/* ---------------------------------------------------------------- clusters */
+
+void tc_init(struct tcluster *c, int n)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n;
+}
+
+static int start_once(struct tcluster *c, int i, int fail_ms, const char *const *extra)
+{
+    char id[16], fail[32];
+    const char *argv[64] = {"--cluster.node_id", id, "--cluster.listen", c->url[i],
+                            "--cluster.seeds", i ? c->url[c->seed[i]] : "",
+                            "--cluster.heartbeat_ms", "100",
+                            "--cluster.failure_timeout_ms", fail};
+    int n = 10;
+    snprintf(id, sizeof id, "%d", i + 1);
+    snprintf(fail, sizeof fail, "%d", fail_ms);
+    for (int k = 0; extra && extra[k] && n < 62; k++) argv[n++] = extra[k];
+    argv[n] = NULL;
+    return td_start(&c->d[i], argv);
+}
+
+/* The port is picked just before the start, and picked again if another
+ * process took it meanwhile (a free port is only free when looked at). */
+int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        if (tries || !c->url[i][0])
+            snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d", td_free_port());
+        if (start_once(c, i, fail_ms, extra) == 0) {
+            if (c->c[i]) kvt_close(c->c[i]); /* a restart: the old one's */
+            c->c[i] = td_connect(&c->d[i]);
+            return 0;
+        }
+        int busy = td_log_has(&c->d[i], "Address in use");
+        td_kill(&c->d[i]);
+        if (!busy) return -1;
+    }
+    return -1;
+}
+
+int tc_stop(struct tcluster *c, int i)
+{
+    if (c->c[i]) kvt_close(c->c[i]);
+    c->c[i] = NULL;
+    return c->d[i].pid > 0 && td_stop(&c->d[i]) != 0 ? -1 : 0;
+}
+
+int tc_teardown(struct tcluster *c)
+{
+    int rc = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (c->d[i].pid > 0) kill(c->d[i].pid, SIGCONT); /* a stopped one */
+        if (tc_stop(c, i) != 0) rc = -1;
+        td_cleanup(&c->d[i]);
+    }
+    return rc;
+}
+
+/* 1 if node i's view has `alive` live members (with endpoints, if ucx). */
+static int view_ok(struct tcluster *c, int i, int alive, int ucx)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    if (kvtc_call(c->c[i], &q, &r) != KVT_OK || !r->peers) {
+        if (r) kvtier__response__free_unpacked(r, NULL);
+        return 0;
+    }
+    int n = 0;
+    for (size_t k = 0; k < r->peers->n_peers; k++)
+        n += r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_ALIVE;
+    int ok = n == alive && (!ucx || r->peers->peer_tier);
+    kvtier__response__free_unpacked(r, NULL);
+    return ok;
+}
+
+int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx)
+{
+    for (int t = 0; t < 300; t++, usleep(50000))
+        if (view_ok(c, i, alive, ucx)) return 0;
+    fprintf(stderr, "node %d: %d live members not seen\n", i + 1, alive);
+    return -1;
 }

@@ -42,6 +42,36 @@ int td_log_has(const struct tdaemon *d, const char *s);
 /* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
  * fixed ranges collide with ephemeral ports and concurrent suites. */
 int td_free_port(void);
+/* 1 if the process still runs (not exited, not a zombie). */
+int td_alive(const struct tdaemon *d);
+
+/*
+ * Clusters of real daemons on loopback: node i (0-based) has node id i+1,
+ * listens on url[i] (a free port picked by tc_init) and is seeded by node
+ * seed[i] (node 0 unless set; node 0 itself has no seed). Heartbeats every 100 ms; a node silent for fail_ms is dead.
+ */
+#define TC_MAX 4
+struct tcluster {
+    int n;
+    struct tdaemon d[TC_MAX];
+    char url[TC_MAX][64];
+    kvt_client *c[TC_MAX]; /* one client per started node */
+    int seed[TC_MAX];      /* node i's seed is node seed[i] (default 0) */
+};
+/* n nodes, none started; ports are picked as each starts. */
+void tc_init(struct tcluster *c, int n);
+/* Start node i with the cluster args, then extra (NULL-ended, may be
+ * NULL), and connect c->c[i]. url[i] is set by then. 0, or -1. */
+int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra);
+/* Close node i's client, SIGTERM it: 0, or -1 if it did not stop
+ * cleanly (a sanitizer report is an unclean stop). */
+int tc_stop(struct tcluster *c, int i);
+/* Stop every node, remove their files: 0, or -1 if one was unclean. */
+int tc_teardown(struct tcluster *c);
+/* Wait (up to 15 s) until node i sees `alive` members alive and, with
+ * ucx set, has the peer tier and endpoints to them. 0, or -1. */
+int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx);
+
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
 /* Deterministic bytes for (seed, i), and a key from a seed. */

@@ -10,6 +10,7 @@
 
 #include "kvcache.h"
 #include "kvtierd.h"
+#include "workq.h"
 #include "log.h"
 
 #define FUZZ_PIPE 7u
@@ -35,7 +36,7 @@ static void fuzz_init(void)
     }
     fz->start_ms = now_ms();
     log_set_level(LOG_ERROR);
-    if (kvc_open(fz) != 0) abort(); /* KV-cache requests need their state */
+    if (wq_cq_open(&fz->cq) != 0 || kvc_open(fz) != 0) abort(); /* KV-cache state */
     pipe_added(fz, FUZZ_PIPE);
 }
 
@@ -43,6 +44,7 @@ void kvt_fuzz_reset(void)
 {
     if (!fz) return;
     kvc_close(fz);
+    wq_cq_close(fz->cq);
     lease_drop_all(fz);
     idx_destroy(&fz->idx);
     ns_free(&fz->ns);
