@@ -39,7 +39,8 @@ GEN_H   := $(BUILD)/gen/kvtier.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_SRC := $(filter-out client/kvtierctl.c,$(wildcard client/*.c))
 CUDA_SRC   := $(wildcard cuda/*.c)
-DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard tiers/*.c)
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c)) $(wildcard tiers/*.c) \
+              $(wildcard tiers/*/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 

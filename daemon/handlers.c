@@ -14,12 +14,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cluster.h"
+#include "peer/cluster.h"
 #include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
-#include "nvstore.h"
+#include "nvme/nvstore.h"
 #include "park.h"
 #include "wire.h"
 

@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "peer/cluster.h"
 #include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
@@ -46,7 +46,7 @@
 #include "local.h"
 #include "metrics_http.h"
 #include "notify.h"
-#include "nvstore.h"
+#include "nvme/nvstore.h"
 #include "park.h"
 #include "server.h"
 #include "wire.h"

@@ -25,7 +25,7 @@
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
 #include "kvtierd.h"
-#include "nvstore_int.h"
+#include "nvme/nvstore_int.h"
 
 /* Upper bounds of the latency buckets in nanoseconds. */
 static const uint64_t bucket_ns[MET_BUCKETS] = {

@@ -18,12 +18,12 @@
  */
 #include <string.h>
 
-#include "cluster.h"
+#include "peer/cluster.h"
 #include "events.h"
 #include "kvtierd.h"
 #include "log.h"
-#include "nvstore.h"
-#include "nvstore_int.h"
+#include "nvme/nvstore.h"
+#include "nvme/nvstore_int.h"
 
 #define EVICT_SLICE 256
 #define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */

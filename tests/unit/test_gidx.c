@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "cluster_int.h"
+#include "peer/cluster_int.h"
 #include "daemon.h"
 #include "kvtierd.h"
 #include "log.h"

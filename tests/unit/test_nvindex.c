@@ -1,5 +1,5 @@
 /*
- * test_nvindex.c -- the NVMe tier's RocksDB index (daemon/nvindex.c):
+ * test_nvindex.c -- the NVMe tier's RocksDB index (tiers/nvme/nvindex.c):
  * queued puts and deletes written by the worker, reloaded after a close;
  * the format mark; a record that does not decode (dropped and counted); a
  * damaged directory (open fails, moved aside, a fresh index opens);
@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "daemon.h"
-#include "nvindex.h"
+#include "nvme/nvindex.h"
 
 static char dir[64], path[128];
 

@@ -1,5 +1,5 @@
 /*
- * test_nvme.c -- the NVMe tier on its own (tiers/nvme.c, tiers/uring.c):
+ * test_nvme.c -- the NVMe tier on its own (tiers/nvme/nvme.c, tiers/nvme/uring.c):
  * records written from a "pool" buffer and read back byte for byte,
  * headers, the header scan, file growth, and every failure path the tier
  * has: a directory in use, buffer
@@ -23,8 +23,8 @@
 
 #include "daemon.h"
 #include "fault.h"
-#include "nvme.h"
-#include "uring.h"
+#include "nvme/nvme.h"
+#include "nvme/uring.h"
 
 #define POOL (4u << 20)
 

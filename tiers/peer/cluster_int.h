@@ -58,7 +58,7 @@ struct cluster {
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
     struct gidx *gx;       /* gidx.c */
-    struct peer_tier *pt;  /* UCX (tiers/peer.c), or NULL */
+    struct peer_tier *pt;  /* UCX (tiers/peer/peer.c), or NULL */
     struct pgs *pg;        /* pget.c */
 };
 

@@ -2,7 +2,7 @@
  * nvstore.h -- the NVMe tier's policy: demotion, promotion, NVMe
  * eviction, the index at start, FLUSH and VERIFY.
  *
- * Design (DESIGN §4, §6, §7): the tier (tiers/nvme.h) stores records; this
+ * Design (DESIGN §4, §6, §7): the tier (tiers/nvme/nvme.h) stores records; this
  * module decides which chunk goes down, which comes back up and which is
  * dropped, and keeps the RocksDB index (nvindex.h) in step. Everything
  * runs on the core thread; the only other threads are the index writer

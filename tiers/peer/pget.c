@@ -9,7 +9,7 @@
  * PeerUnpin, its deadline (daemon.lease_timeout_ms), or the requester's
  * death. The requester reserves DRAM for each chunk (store_reserve: the
  * slot stays PENDING, invisible), pulls the bytes with UCX one-sided gets
- * straight into it (tiers/peer.c), has the XXH3-64 checksum verified on
+ * straight into it (tiers/peer/peer.c), has the XXH3-64 checksum verified on
  * a worker thread (a workq.c queue; verdicts come back through the
  * daemon's completion queue, so the core never reads a whole chunk), and
  * only then commits the chunk as a
@@ -36,7 +36,7 @@
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
-#include "nvstore.h" /* handle_get_answer */
+#include "nvme/nvstore.h" /* handle_get_answer */
 #include "park.h"
 #include "peer.h"
 #include "wire.h"
