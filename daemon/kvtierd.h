@@ -179,5 +179,13 @@ int pipe_alive(const struct kvtierd *d, uint32_t pipe);
 void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
                     size_t len, Kvtier__Response *rsp, void **scratch);
 void handle_response_free(Kvtier__Response *rsp, void *scratch);
+/* The answer of a parked GET (the NVMe and peer tiers answer late through
+ * it), built as do_get builds one: slots[0..n) are its leading chunks now
+ * in DRAM. rsp is initialised here; free it with
+ * handle_response_free(rsp, *scratch). */
+void handle_get_answer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                       uint16_t ns, int inline_, uint32_t n_keys,
+                       const uint32_t *slots, size_t n, Kvtier__Response *rsp,
+                       void **scratch);
 
 #endif

@@ -25,7 +25,7 @@
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
 #include "kvtierd.h"
-#include "nvme/nvstore_int.h"
+#include "nvme/nvstore.h"
 
 /* Upper bounds of the latency buckets in nanoseconds. */
 static const uint64_t bucket_ns[MET_BUCKETS] = {
@@ -206,7 +206,7 @@ static int tier_rows(struct kvtierd *d, struct tier_row *rows)
     if (d->kvc && d->kvc->hbm)
         rows[n++] = (struct tier_row){"tier=\"hbm\"", &d->kvc->hbm->tier, -1, -1};
     if (d->nvs)
-        rows[n++] = (struct tier_row){"tier=\"nvme\"", &d->nvs->tier->tier,
+        rows[n++] = (struct tier_row){"tier=\"nvme\"", nvs_tier(d),
                                       d->cfg.nvme_high_watermark,
                                       d->cfg.nvme_low_watermark};
     return n;
@@ -254,7 +254,7 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
         sample(b, "kvtier_demotions_total", "from=\"hbm\",to=\"dram\"", st->hbm_demoted);
     if (d->nvs)
         sample(b, "kvtier_demotions_total", "from=\"dram\",to=\"nvme\"",
-               d->nvs->st.demotions);
+               nvs_stats(d)->demotions);
     family(b, "kvtier_gpu_chunks_total", "counter",
            "Chunks moved between engine GPU tensors and the cache, by op.");
     sample(b, "kvtier_gpu_chunks_total", "op=\"save\"", st->saved);
@@ -270,7 +270,7 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
 static void render_nvme(struct sbuf *b, struct kvtierd *d)
 {
     static const struct nvs_stats zero;
-    const struct nvs_stats *st = d->nvs ? &d->nvs->st : &zero;
+    const struct nvs_stats *st = d->nvs ? nvs_stats(d) : &zero;
     family(b, "kvtier_promotions_total", "counter",
            "Chunks read back from a lower tier and verified.");
     if (d->nvs) sample(b, "kvtier_promotions_total", "from=\"nvme\",to=\"dram\"", st->promotions);
@@ -285,7 +285,7 @@ static void render_nvme(struct sbuf *b, struct kvtierd *d)
         sample(b, "kvtier_nvme_errors_total", "kind=\"write\"", st->write_errors);
         sample(b, "kvtier_nvme_errors_total", "kind=\"no_space\"", st->enospc);
         sample(b, "kvtier_nvme_errors_total", "kind=\"lost_dirty\"", st->lost_dirty);
-        sample(b, "kvtier_nvme_errors_total", "kind=\"index\"", nvx_errors(d->nvs->index));
+        sample(b, "kvtier_nvme_errors_total", "kind=\"index\"", nvs_index_errors(d));
     }
     family(b, "kvtier_nvme_get_waits_total", "counter",
            "GETs that waited for chunks read back from NVMe, by outcome.");
@@ -315,7 +315,7 @@ static void render_tiers(struct sbuf *b, struct kvtierd *d)
     family(b, "kvtier_evictions_total", "counter",
            "Chunks dropped from each tier to make room.");
     sample(b, "kvtier_evictions_total", t, d->st.evictions);
-    if (d->nvs) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", d->nvs->st.evictions);
+    if (d->nvs) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", nvs_stats(d)->evictions);
     render_gpu(b, d);
     render_nvme(b, d);
     one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",

@@ -23,7 +23,6 @@
 #include "kvtierd.h"
 #include "log.h"
 #include "nvme/nvstore.h"
-#include "nvme/nvstore_int.h"
 
 #define EVICT_SLICE 256
 #define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */
@@ -188,7 +187,7 @@ static void evict_now(struct kvtierd *d, uint32_t v)
         store_drop_dram(d, v);
         return;
     }
-    if (d->nvs) d->nvs->st.lost_dirty++;
+    nvs_count_lost_dirty(d);
     store_free(d, v);
 }
 

@@ -48,6 +48,26 @@ int nvs_active(const struct kvtierd *d)
     return d->nvs != NULL;
 }
 
+const struct nvs_stats *nvs_stats(const struct kvtierd *d)
+{
+    return d->nvs ? &d->nvs->st : NULL;
+}
+
+struct tier *nvs_tier(const struct kvtierd *d)
+{
+    return d->nvs ? &d->nvs->tier->tier : NULL;
+}
+
+uint64_t nvs_index_errors(const struct kvtierd *d)
+{
+    return d->nvs ? nvx_errors(d->nvs->index) : 0;
+}
+
+void nvs_count_lost_dirty(struct kvtierd *d)
+{
+    if (d->nvs) d->nvs->st.lost_dirty++;
+}
+
 static unsigned count_dirs(const char *list)
 {
     unsigned n = 1;

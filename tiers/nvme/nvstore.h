@@ -41,6 +41,7 @@
 #include "kvtier.pb-c.h"
 
 struct kvtierd;
+struct tier;
 struct kvt_config;
 struct req;
 
@@ -87,12 +88,20 @@ void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
                    const Kvtier__Verify *q, Kvtier__Response *rsp);
 void nvs_fill_stats(struct req *r, struct kvtierd *d, Kvtier__StatsResp *s);
 
-/* handlers.c: the answer of a parked GET, built as do_get builds one:
- * slots[0..n) are its leading chunks now in DRAM. rsp is initialised
- * here; free it with handle_response_free(rsp, *scratch). */
-void handle_get_answer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                       uint16_t ns, int inline_, uint32_t n_keys,
-                       const uint32_t *slots, size_t n, Kvtier__Response *rsp,
-                       void **scratch);
+/* ---- metrics.c: the tier's counters, read on the core thread. */
+struct nvs_stats {
+    uint64_t demotions, demoted_bytes, promotions, promoted_bytes;
+    uint64_t csum_failures, read_errors, write_errors, enospc, lost_dirty;
+    uint64_t get_waits, get_timeouts, loaded, rebuilt, scrubbed, scrub_bad;
+    uint64_t evictions;  /* NVMe copies dropped to make room */
+};
+/* The counters; NULL without an NVMe tier. Valid until nvs_close. */
+const struct nvs_stats *nvs_stats(const struct kvtierd *d);
+/* The tier behind tier.h (usage, ops); NULL without an NVMe tier. */
+struct tier *nvs_tier(const struct kvtierd *d);
+/* Index batches not written (nvindex.h); 0 without an NVMe tier. */
+uint64_t nvs_index_errors(const struct kvtierd *d);
+/* store.c: a dirty DRAM chunk was dropped before it could be written. */
+void nvs_count_lost_dirty(struct kvtierd *d);
 
 #endif

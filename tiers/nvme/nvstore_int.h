@@ -64,13 +64,6 @@ struct nvs_scrub {
     struct nvs_park *park;
 };
 
-struct nvs_stats {
-    uint64_t demotions, demoted_bytes, promotions, promoted_bytes;
-    uint64_t csum_failures, read_errors, write_errors, enospc, lost_dirty;
-    uint64_t get_waits, get_timeouts, loaded, rebuilt, scrubbed, scrub_bad;
-    uint64_t evictions;  /* NVMe copies dropped to make room */
-};
-
 struct nvs {
     struct nvme *tier;
     struct nvx *index;

@@ -36,7 +36,6 @@
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
-#include "nvme/nvstore.h" /* handle_get_answer */
 #include "park.h"
 #include "peer.h"
 #include "wire.h"
