@@ -135,15 +135,6 @@ static const kvt_key *key_of(const ProtobufCBinaryData *b)
     return (const kvt_key *)b->data;
 }
 
-/* The slot of a visible chunk, or IDX_NONE. */
-static uint32_t find_ready(struct kvtierd *d, uint16_t ns, const kvt_key *k)
-{
-    if (ns == NS_NONE) return IDX_NONE;
-    uint32_t s = idx_find(&d->idx, ns, k);
-    if (s != IDX_NONE && idx_at(&d->idx, s)->state != IDX_READY) return IDX_NONE;
-    return s;
-}
-
 /* A lease of the given kind owned by this request's pipe. */
 static struct lease *own_lease(struct req *r, uint64_t id, uint8_t kind)
 {
@@ -197,32 +188,9 @@ static void do_lookup(struct req *r, const Kvtier__Lookup *q)
     kvtier__lookup_resp__init(lr);
     lr->tiers = arena_alloc(r->a, q->n_keys * sizeof *lr->tiers);
     lr->n_tiers = q->n_keys;
-    uint32_t now = kvtierd_secs(d);
-    uint64_t hit_bytes = 0;
-    int prefix = 1;
-    for (size_t i = 0; i < q->n_keys; i++) {
-        uint32_t s = find_ready(d, ns, key_of(&q->keys[i]));
-        if (s == IDX_NONE) {
-            prefix = 0;
-            continue;
-        }
-        lr->tiers[i] = (Kvtier__Tier)idx_top_tier(idx_at(&d->idx, s));
-        idx_touch(&d->idx, s, now);
-        if (prefix && q->prefetch && d->nvs) nvs_prefetch(d, &s, 1);
-        if (prefix) lr->n_present++;
-        if (prefix) hit_bytes += idx_at(&d->idx, s)->size;
-    }
-    metrics_hits(d, ns, HIT_LOOKUP, lr->n_present, q->n_keys - lr->n_present,
-                 hit_bytes);
-    d->st.hits += lr->n_present;
-    d->st.misses += q->n_keys - lr->n_present;
-    if (ns != NS_NONE) {
-        d->ns.v[ns].hits += lr->n_present;
-        d->ns.v[ns].misses += q->n_keys - lr->n_present;
-    }
     r->rsp->body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     r->rsp->lookup = lr;
-    cluster_lookup(d, r->pipe, r->rsp->id, q, lr); /* may park the request */
+    store_lookup_walk(d, r->pipe, r->rsp->id, ns, q, lr); /* may park the request */
 }
 
 /* ------------------------------------------------------------------- put */
@@ -448,15 +416,8 @@ static void do_get(struct req *r, const Kvtier__Get *q)
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint32_t *slots = arena_alloc(r->a, q->n_keys * sizeof *slots);
     size_t n = 0;
-    uint32_t now = kvtierd_secs(d);
-    while (n < q->n_keys && (slots[n] = find_ready(d, ns, key_of(&q->keys[n]))) != IDX_NONE)
-        idx_touch(&d->idx, slots[n++], now);
-    /* Chunks only on NVMe: read back first; the answer comes later. */
-    if (n && d->nvs && nvs_get(d, r->pipe, r->rsp->id, ns, q->inline_,
-                               (uint32_t)q->n_keys, slots, &n))
-        return;
-    /* Keys held by peers: pulled over UCX first; the answer comes later. */
-    if (cluster_get(d, r->pipe, r->rsp->id, q, slots, n)) return;
+    /* Parked: the tier that parked it answers through handle_get_answer. */
+    if (store_get_walk(d, r->pipe, r->rsp->id, ns, q, slots, &n)) return;
     get_answer(r, ns, q->inline_, q->n_keys, slots, n);
 }
 
@@ -513,7 +474,7 @@ static void do_delete(struct req *r, const Kvtier__Delete *q)
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint64_t n = 0;
     for (size_t i = 0; i < q->n_keys; i++) {
-        uint32_t s = find_ready(d, ns, key_of(&q->keys[i]));
+        uint32_t s = store_find(d, ns, &q->keys[i]);
         if (s == IDX_NONE) continue;
         store_delete(d, s);
         n++;

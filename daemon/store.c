@@ -15,6 +15,13 @@
  * and the slice counts those bytes as on their way out). A reservation
  * cannot wait for a write, so it takes a clean copy near the cold end
  * first and drops a dirty chunk only when there is none.
+ *
+ * GET and LOOKUP walk the tiers here, in one order (store_get_walk,
+ * store_lookup_walk): the DRAM index first, then the NVMe tier (a GET of
+ * chunks only on NVMe is parked until they are read back; LOOKUP's
+ * prefetch starts the reads), then peers for what this node lacks. A tier
+ * that parks the request answers it later through park.c and
+ * handle_get_answer; the handlers only build the reply of what is here.
  */
 #include <string.h>
 
@@ -229,4 +236,66 @@ void store_watermark(struct kvtierd *d)
     if (d->evict_target == 0 && used > high) d->evict_target = cap - low;
     if (d->evict_target == 0) return;
     if (!evict_slice(d, d->evict_target)) d->evict_target = 0;
+}
+
+/* ------------------------------------------------------ the store walk */
+
+uint32_t store_find(struct kvtierd *d, uint16_t ns, const ProtobufCBinaryData *key)
+{
+    if (ns == NS_NONE) return IDX_NONE;
+    uint32_t s = idx_find(&d->idx, ns, (const kvt_key *)key->data);
+    if (s != IDX_NONE && idx_at(&d->idx, s)->state != IDX_READY) return IDX_NONE;
+    return s;
+}
+
+int store_get_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                   uint16_t ns, const Kvtier__Get *q, uint32_t *slots,
+                   size_t *n)
+{
+    size_t k = 0;
+    uint32_t now = kvtierd_secs(d);
+    while (k < q->n_keys && (slots[k] = store_find(d, ns, &q->keys[k])) != IDX_NONE)
+        idx_touch(&d->idx, slots[k++], now);
+    *n = k;
+    /* Chunks only on NVMe: read back first; the answer comes later. */
+    if (k && d->nvs && nvs_get(d, pipe, req_id, ns, q->inline_,
+                               (uint32_t)q->n_keys, slots, n))
+        return 1;
+    /* Keys held by peers: pulled over UCX first; the answer comes later. */
+    return cluster_get(d, pipe, req_id, q, slots, *n);
+}
+
+static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
+                         size_t present, uint64_t hit_bytes)
+{
+    metrics_hits(d, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
+    d->st.hits += present;
+    d->st.misses += n_keys - present;
+    if (ns != NS_NONE) {
+        d->ns.v[ns].hits += present;
+        d->ns.v[ns].misses += n_keys - present;
+    }
+}
+
+int store_lookup_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+                      uint16_t ns, const Kvtier__Lookup *q,
+                      Kvtier__LookupResp *lr)
+{
+    uint32_t now = kvtierd_secs(d);
+    uint64_t hit_bytes = 0;
+    int prefix = 1;
+    for (size_t i = 0; i < q->n_keys; i++) {
+        uint32_t s = store_find(d, ns, &q->keys[i]);
+        if (s == IDX_NONE) {
+            prefix = 0;
+            continue;
+        }
+        lr->tiers[i] = (Kvtier__Tier)idx_top_tier(idx_at(&d->idx, s));
+        idx_touch(&d->idx, s, now);
+        if (prefix && q->prefetch && d->nvs) nvs_prefetch(d, &s, 1);
+        if (prefix) lr->n_present++;
+        if (prefix) hit_bytes += idx_at(&d->idx, s)->size;
+    }
+    lookup_count(d, ns, q->n_keys, lr->n_present, hit_bytes);
+    return cluster_lookup(d, pipe, req_id, q, lr);
 }

@@ -73,7 +73,7 @@ void nvs_release(struct kvtierd *d, uint32_t slot);
 /* DRAM bytes that writes in flight will free. */
 uint64_t nvs_demoting_bytes(const struct kvtierd *d);
 
-/* ---- handlers.c */
+/* ---- store.c's walk (store_get_walk, store_lookup_walk) */
 /* slots[0..*n) are the leading present chunks of a GET. Starts reads of
  * those only on NVMe; returns 1 if the request was parked (answered later
  * through handle_get_answer), else 0 with *n cut to the leading chunks in
@@ -82,6 +82,8 @@ int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
             int inline_, uint32_t n_keys, const uint32_t *slots, size_t *n);
 /* LOOKUP's prefetch: start reads of the chunks only on NVMe. */
 void nvs_prefetch(struct kvtierd *d, const uint32_t *slots, size_t n);
+
+/* ---- handlers.c */
 void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
                   const Kvtier__Flush *q, Kvtier__Response *rsp);
 void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,

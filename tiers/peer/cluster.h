@@ -30,14 +30,15 @@ void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp);
 /* gidx.c: this node now holds (held = 1) or no longer holds the chunk in
  * a READY slot; its owners are told in the next batch. */
 void cluster_held(struct kvtierd *d, uint32_t slot, int held);
-/* LOOKUP: after the local pass filled lr (arena memory), ask the owners
- * of the keys missing here. 1: the request is parked and answered later
- * (lr is then discarded); 0: answer now with lr, updated with what this
- * node could tell alone. */
+/* store_lookup_walk: after the local pass filled lr (arena memory), ask
+ * the owners of the keys missing here. 1: the request is parked and
+ * answered later (lr is then discarded); 0: answer now with lr, updated
+ * with what this node could tell alone. */
 int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr);
-/* pget.c: GET after the local pass found slots[0..n): fetch the rest
- * from peers. 1: parked, answered later; 0: answer now. */
+/* pget.c, from store_get_walk: GET after the local pass found
+ * slots[0..n): fetch the rest from peers. 1: parked, answered later;
+ * 0: answer now. */
 int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                 const Kvtier__Get *q, const uint32_t *slots, size_t n);
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
