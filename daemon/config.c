@@ -55,6 +55,9 @@ static const struct cfg_key keys[] = {
     {"daemon", "local_fast", CFG_U64, F(local_fast), "1", 0, 1, "bool", 0,
      "1: also serve local clients on a Unix stream socket beside the ipc one "
      "(<socket path>.fast), far faster than nng here; 0: nng only"},
+    {"daemon", "local_max_conns", CFG_U64, F(local_max_conns), "1024", 1, 1048576,
+     "count", 0, "fast-channel connections open at most; past it a new one is "
+     "closed at once and its client stays on nng"},
     {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,

@@ -32,6 +32,7 @@ struct kvt_config {
     uint64_t max_msg_bytes;       /* largest request accepted */
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
     uint64_t local_fast;          /* serve the local fast channel */
+    uint64_t local_max_conns;     /* fast-channel connections at most */
     /* [dram] */
     char pool_path[CFG_STR_MAX];  /* shared-memory file; empty: derived */
     uint64_t pool_bytes;

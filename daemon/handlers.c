@@ -28,7 +28,8 @@ struct arena {
     size_t n, cap;
 };
 
-static void *arena_alloc(struct arena *a, size_t size)
+/* The arena frees m with the rest. */
+static void *arena_keep(struct arena *a, void *m)
 {
     if (a->n == a->cap) {
         size_t ncap = a->cap ? a->cap * 2 : 8;
@@ -37,9 +38,21 @@ static void *arena_alloc(struct arena *a, size_t size)
         a->p = np;
         a->cap = ncap;
     }
+    return a->p[a->n++] = m;
+}
+
+static void *arena_alloc(struct arena *a, size_t size)
+{
     void *m = calloc(1, size ? size : 1);
     if (!m) abort(); /* control-plane allocation */
-    return a->p[a->n++] = m;
+    return arena_keep(a, m);
+}
+
+/* As arena_alloc for data-sized buffers: NULL when memory is short. */
+static void *arena_try_alloc(struct arena *a, size_t size)
+{
+    void *m = malloc(size ? size : 1);
+    return m ? arena_keep(a, m) : NULL;
 }
 
 static void arena_free(struct arena *a)
@@ -369,16 +382,32 @@ static void fill_slot(struct req *r, Kvtier__Slot *s, uint32_t slot)
     s->checksum = e->csum;
 }
 
-static void get_inline(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
-                       size_t n)
+/* Envelope bytes an inline reply may need beside its data: ids, slots and
+ * field tags, generously per chunk. */
+#define INLINE_OVERHEAD(n) (256 + (uint64_t)(n) * 64)
+
+/* Bytes inline: the leading chunks whose reply stays within max_msg_bytes
+ * (the peer's receive limit, and what bounds one queued fast-channel
+ * reply). -1 with the reply failed (KVT_ETOOBIG) when not even the first
+ * fits; a shorter answer is a GET's usual prefix. The copies are pool
+ * data sized by a client, so they fail softly (KVT_ENOMEM), never abort. */
+static int get_inline(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
+                      size_t n)
 {
     struct kvtierd *d = r->d;
-    uint64_t budget = d->cfg.max_msg_bytes, used = 0;
+    uint64_t over = INLINE_OVERHEAD(n), used = 0;
+    uint64_t budget = d->cfg.max_msg_bytes > over ? d->cfg.max_msg_bytes - over : 0;
     g->data = arena_alloc(r->a, n * sizeof *g->data);
     for (size_t i = 0; i < n; i++) {
         const struct idx_entry *e = idx_at(&d->idx, slots[i]);
         if (used + e->size > budget) break;
-        uint8_t *buf = arena_alloc(r->a, e->size);
+        uint8_t *buf = arena_try_alloc(r->a, e->size);
+        if (!buf && i == 0) {
+            req_fail(r, KVT_ENOMEM, "no memory for a %u-byte inline reply",
+                     (unsigned)e->size);
+            return -1;
+        }
+        if (!buf) break;
         memcpy(buf, store_ptr(d, slots[i]), e->size);
         g->data[i].data = buf;
         g->data[i].len = e->size;
@@ -386,6 +415,14 @@ static void get_inline(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
         g->n_data = g->n_slots = i + 1;
     }
     d->st.bytes_out += used;
+    if (n && !g->n_data) {
+        req_fail(r, KVT_ETOOBIG, "chunk of %u bytes is over what an inline reply "
+                 "may carry (daemon.max_msg_bytes %llu); use the pool",
+                 (unsigned)idx_at(&d->idx, slots[0])->size,
+                 (unsigned long long)d->cfg.max_msg_bytes);
+        return -1;
+    }
+    return 0;
 }
 
 static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
@@ -428,10 +465,8 @@ static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
     struct kvtierd *d = r->d;
     Kvtier__GetResp *g = arena_alloc(r->a, sizeof *g);
     kvtier__get_resp__init(g);
-    if (n) {
-        if (inline_) get_inline(r, g, slots, n);
-        else get_leased(r, g, slots, n);
-    }
+    if (n && inline_ && get_inline(r, g, slots, n) != 0) return;
+    if (n && !inline_) get_leased(r, g, slots, n);
     g->slots = arena_alloc(r->a, g->n_slots * sizeof *g->slots);
     Kvtier__Slot *sl = arena_alloc(r->a, g->n_slots * sizeof *sl);
     uint64_t hit_bytes = 0;

@@ -13,12 +13,18 @@
  * transport for remote clients.
  *
  * Invariants: every fd is non-blocking, so a client that stops reading can
- * never block the core thread; a connection with unsent replies is not read
- * from until they drain (back-pressure); each poll reads at most READ_MAX
- * bytes per connection (bounded work per loop iteration). A frame longer
- * than max_msg_bytes gets a KVT_ETOOBIG reply and its bytes are skipped, so
- * the connection stays in step and stays up. Connection ids live above
- * LOCAL_ID_BASE, so leases are owned by either kind of connection alike.
+ * never block the core thread; a connection with unsent replies is neither
+ * read from nor polled for input until they drain (back-pressure: no
+ * EPOLLIN, so a blocked connection cannot make the core spin), and frames
+ * already read are served only while less than OUT_CAP bytes are queued,
+ * so a connection's queued output is at most OUT_CAP plus one reply (and a
+ * reply is at most max_msg_bytes: handlers.c); each poll reads at most
+ * READ_MAX bytes per connection (bounded work per loop iteration). At most
+ * max_conns connections are open; past that a new one is closed at once.
+ * A frame longer than max_msg_bytes gets a KVT_ETOOBIG reply and its bytes
+ * are skipped, so the connection stays in step and stays up. Connection
+ * ids live above LOCAL_ID_BASE, so leases are owned by either kind of
+ * connection alike.
  * A handler may park its request (local_defer, through park.c): the
  * connection is then not read from until the reply goes out, so replies
  * stay in request order; frames that arrived meanwhile are served then
@@ -42,6 +48,7 @@
 #include "log.h"
 
 #define READ_MAX (4u << 20)
+#define OUT_CAP (256u << 10) /* queued reply bytes past which frames wait */
 #define EVENTS 64
 
 struct lconn {
@@ -50,9 +57,9 @@ struct lconn {
     uint8_t *rbuf, *wbuf;
     size_t rlen, rcap, wlen, woff, wcap;
     uint64_t skip; /* bytes of an oversized frame still to discard */
-    int out_armed;
-    int in_armed;
-    int parked;    /* a request awaits local_reply_later */
+    uint32_t armed; /* the epoll events set now */
+    int parked;     /* a request awaits local_reply_later */
+    int resume;     /* whole frames wait in rbuf: come back for them */
     struct lconn *prev, *next;
 };
 
@@ -62,6 +69,7 @@ struct local_srv {
     int lfd, ep;
     struct lconn *conns;
     uint32_t n, next_id;
+    uint64_t refused; /* connections closed at accept: max_conns reached */
     struct lconn *cur; /* whose request the handler is running */
     int deferred;      /* ... and it called local_defer */
 };
@@ -91,18 +99,23 @@ static void conn_close(struct local_srv *s, struct lconn *c)
     free(c);
 }
 
-/* A parked connection is not read (nor polled for input: only for its
- * peer going away), so it cannot make the core spin. */
-static void set_events(struct local_srv *s, struct lconn *c, int out)
+/* The events follow the state. A parked connection is polled only for
+ * its peer going away; one with output queued only for output (and
+ * errors, always reported); one with frames waiting in rbuf for output,
+ * which is ready at once, so local_poll comes back to serve them. Nothing
+ * is armed that could stay ready while nothing can be done: no spin. */
+static void set_events(struct local_srv *s, struct lconn *c)
 {
-    int in = !c->parked;
-    if (c->out_armed == out && c->in_armed == in) return;
-    struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | EPOLLRDHUP |
-                                       (out ? EPOLLOUT : 0),
-                             .data.ptr = c};
+    int queued = c->wlen > c->woff;
+    int out = queued || (c->resume && !c->parked);
+    uint32_t ev_mask = c->parked ? EPOLLRDHUP
+                       : out     ? EPOLLOUT
+                                 : EPOLLIN | EPOLLRDHUP;
+    if (c->parked && queued) ev_mask |= EPOLLOUT;
+    if (c->armed == ev_mask) return;
+    struct epoll_event ev = {.events = ev_mask, .data.ptr = c};
     epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ev);
-    c->out_armed = out;
-    c->in_armed = in;
+    c->armed = ev_mask;
 }
 
 /* Append one framed response. */
@@ -126,14 +139,19 @@ static int flush_out(struct local_srv *s, struct lconn *c)
         ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            set_events(s, c, 1);
+            set_events(s, c);
             return 0;
         }
         if (w <= 0) return -1;
         c->woff += (size_t)w;
     }
     c->woff = c->wlen = 0;
-    set_events(s, c, 0);
+    if (c->wcap > OUT_CAP) { /* an idle connection keeps no big buffer */
+        free(c->wbuf);
+        c->wbuf = NULL;
+        c->wcap = 0;
+    }
+    set_events(s, c);
     return 0;
 }
 
@@ -159,7 +177,7 @@ static void serve_frame(struct local_srv *s, struct lconn *c, const uint8_t *bod
     s->cur = NULL;
     if (s->deferred) {
         c->parked = 1;
-        set_events(s, c, c->out_armed);
+        set_events(s, c);
     } else {
         queue_rsp(c, &rsp);
     }
@@ -182,11 +200,11 @@ void local_reply_later(struct local_srv *s, struct local_later *h,
     c->parked = 0;
     if (!rsp) return; /* its connection is being closed */
     queue_rsp(c, rsp);
-    (void)flush_out(s, c); /* also re-arms input */
     /* Frames read while it was parked wait in rbuf, and no new byte may
      * come to wake us: have local_poll come back (output is ready at
      * once) and serve them there, not here inside another handler. */
-    if (c->rlen) set_events(s, c, 1);
+    if (c->rlen) c->resume = 1;
+    (void)flush_out(s, c); /* also re-arms events */
 }
 
 int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
@@ -202,11 +220,17 @@ int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
     return -1;
 }
 
-/* Serve every complete frame in rbuf; keep the partial rest. */
+/* Serve the complete frames in rbuf while output stays under OUT_CAP;
+ * keep the rest (resume says whole frames may be among it). */
 static void parse_frames(struct local_srv *s, struct lconn *c)
 {
     size_t off = 0;
+    c->resume = 0;
     while (!c->parked) {
+        if (c->wlen >= OUT_CAP) {
+            c->resume = c->rlen > off;
+            break;
+        }
         if (c->skip) {
             size_t n = c->rlen - off < c->skip ? c->rlen - off : (size_t)c->skip;
             off += n;
@@ -243,6 +267,7 @@ static int serve_buffered(struct local_srv *s, struct lconn *c)
 static int on_readable(struct local_srv *s, struct lconn *c)
 {
     size_t got = 0;
+    if (c->resume && !c->parked) parse_frames(s, c); /* first what is read */
     while (got < READ_MAX && c->wlen == 0 && !c->parked) {
         c->rbuf = grow(c->rbuf, &c->rcap, c->rlen + 65536);
         ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
@@ -256,6 +281,19 @@ static int on_readable(struct local_srv *s, struct lconn *c)
     return flush_out(s, c);
 }
 
+/* Past max_conns a connection is closed at once: its client sees the
+ * channel closed and stays on nng (client.c go_local). */
+static int refuse(struct local_srv *s, int fd)
+{
+    if (!s->o.max_conns || s->n < s->o.max_conns) return 0;
+    if (s->refused++ % 1024 == 0) /* one line per 1024, not a flood */
+        log_warn("local", "%u connections open (daemon.local_max_conns): "
+                 "refusing more (%llu refused so far)", s->n,
+                 (unsigned long long)s->refused);
+    close(fd);
+    return 1;
+}
+
 static void accept_all(struct local_srv *s)
 {
     for (;;) {
@@ -265,12 +303,13 @@ static void accept_all(struct local_srv *s)
                 log_warn("local", "accept: %s", strerror(errno));
             return;
         }
+        if (refuse(s, fd)) continue;
         struct lconn *c = calloc(1, sizeof *c);
         if (!c) abort();
         c->fd = fd;
         c->id = LOCAL_ID_BASE | (s->next_id++ & 0x7fffffffu);
-        c->in_armed = 1;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+        c->armed = EPOLLIN | EPOLLRDHUP;
+        struct epoll_event ev = {.events = c->armed, .data.ptr = c};
         epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev);
         c->next = s->conns;
         if (s->conns) s->conns->prev = c;
@@ -297,7 +336,7 @@ void local_poll(struct local_srv *s)
         if (!bad && (evs[i].events & EPOLLOUT)) bad = flush_out(s, c);
         if (!bad && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
             bad = on_readable(s, c);
-        else if (!bad && c->rlen && !c->parked && c->wlen == 0)
+        else if (!bad && c->resume && !c->parked && c->wlen == 0)
             bad = serve_buffered(s, c);
         if (bad) conn_close(s, c);
     }
@@ -360,6 +399,11 @@ int local_fd(const struct local_srv *s)
 uint32_t local_count(const struct local_srv *s)
 {
     return s ? s->n : 0;
+}
+
+uint64_t local_refused(const struct local_srv *s)
+{
+    return s ? s->refused : 0;
 }
 
 void local_close(struct local_srv *s)

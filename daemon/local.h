@@ -30,6 +30,7 @@ struct local_opts {
     local_free_fn free_rsp;
     local_conn_fn conn;
     void *arg;
+    uint32_t max_conns; /* open connections at most; 0: no limit */
 };
 
 /* Listen on o->path (a stale file there is replaced: the caller holds the
@@ -42,6 +43,8 @@ int local_fd(const struct local_srv *s);
 void local_poll(struct local_srv *s);
 /* Open connections. */
 uint32_t local_count(const struct local_srv *s);
+/* Connections closed at accept because max_conns were open. */
+uint64_t local_refused(const struct local_srv *s);
 /* The uid of the process at the other end of conn (SO_PEERCRED). 0, or
  * -1 if there is no such connection. */
 int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid);

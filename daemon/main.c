@@ -258,7 +258,8 @@ static int open_local(struct kvtierd *d)
     snprintf(d->local_path, sizeof d->local_path, "%s.fast", d->cfg.socket + 6);
     struct local_opts o = {d->local_path, (unsigned)d->cfg.pool_mode,
                            d->cfg.pool_group, d->cfg.max_msg_bytes, on_local_request,
-                           handle_response_free, on_pipe, d};
+                           handle_response_free, on_pipe, d,
+                           (uint32_t)d->cfg.local_max_conns};
     if (local_open(&o, &d->local, err, sizeof err) != 0) {
         log_error("local", "%s", err);
         d->local_path[0] = '\0';

@@ -25,6 +25,7 @@
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
 #include "kvtierd.h"
+#include "local.h"
 #include "nvme/nvstore.h"
 
 /* Upper bounds of the latency buckets in nanoseconds. */
@@ -181,6 +182,9 @@ static void render_process(struct sbuf *b, struct kvtierd *d)
         (uint64_t)d->draining);
     one(b, "kvtier_clients", "gauge", "Connected client connections.", "",
         d->n_pipes);
+    one(b, "kvtier_local_refused_total", "counter",
+        "Fast-channel connections closed at accept: daemon.local_max_conns "
+        "were open.", "", local_refused(d->local));
     one(b, "kvtier_index_bytes", "gauge",
         "Memory the chunk index and allocator metadata use.", "",
         idx_mem_bytes(&d->idx));

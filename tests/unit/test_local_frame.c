@@ -70,7 +70,7 @@ static int setup(void **state)
     char err[256];
     log_set_level(LOG_ERROR);
     snprintf(path, sizeof path, "/tmp/kvt-frame-%d.sock", (int)getpid());
-    struct local_opts o = {path, 0600, NULL, MAXMSG, handle, free_rsp, on_conn, NULL};
+    struct local_opts o = {path, 0600, NULL, MAXMSG, handle, free_rsp, on_conn, NULL, 0};
     return local_open(&o, &S, err, sizeof err);
 }
 
