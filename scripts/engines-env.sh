@@ -14,7 +14,8 @@
 # else is held to scripts/engines-constraints.txt when that file exists.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-venv=${KVT_ENGINES_VENV:-$HOME/.cache/kvtier/engines-venv}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+venv=${KVT_ENGINES_VENV:-$home/.cache/kvtier/engines-venv}
 stamp=$venv/.kvtier-ready-4
 py=${KVT_ENGINES_PYTHON:-}
 if [ -z "$py" ]; then

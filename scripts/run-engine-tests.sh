@@ -9,7 +9,8 @@ set -u
 build=${1:-build}
 cd "$(dirname "$0")/.."
 py=$(scripts/engines-env.sh) || { echo "test-engines: the engines environment could not be built (see above)"; exit 1; }
-model=${KVT_ENGINE_MODEL:-$HOME/.cache/kvtier/models/tiny}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+model=${KVT_ENGINE_MODEL:-$home/.cache/kvtier/models/tiny}
 "$py" tests/engines/make_model.py "$model" >/dev/null 2>&1 || { echo "test-engines: making the model failed"; exit 1; }
 export KVT_ENGINE_MODEL=$model KVTIER_BUILD=$PWD/$build
 export KVTIERD=$PWD/$build/bin/kvtierd KVTIERCTL=$PWD/$build/bin/kvtierctl
