@@ -37,6 +37,10 @@ void td_kill(struct tdaemon *d);
 void td_cleanup(struct tdaemon *d);
 /* Connect a client (asserts success). */
 kvt_client *td_connect(const struct tdaemon *d);
+/* A raw stream socket connected to the daemon's fast channel (its socket
+ * path + ".fast"), for tests that speak the framing themselves; -1 on
+ * failure. */
+int td_fast_connect(const struct tdaemon *d);
 /* 1 if the daemon's log contains s. */
 int td_log_has(const struct tdaemon *d, const char *s);
 /* A tcp port on 127.0.0.1 free right now (bound, read back, closed):

@@ -103,13 +103,10 @@ class Planner:
                       "save_chunks": 0, "asked_again": 0}
 
     # ------------------------------------------------------------ keys
-    def _hash_bs(self, request):
-        return self.block_size
-
     def keys(self, request, n_chunks):
         """Keys of the first n_chunks chunks the engine has hashed."""
         hashes = request.block_hashes
-        cb = self.chunk_tokens // self._hash_bs(request)
+        cb = self.chunk_blocks
         n = min(n_chunks, len(hashes) // cb)
         return [chunk_key(hashes[(c + 1) * cb - 1]) for c in range(n)]
 

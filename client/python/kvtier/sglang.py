@@ -65,7 +65,7 @@ import torch
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
-from .client import Client, Connections, Err, KVTierError
+from .client import Connections, Err, KVTierError
 
 log = logging.getLogger("kvtier.sglang")
 
