@@ -49,6 +49,7 @@
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "server.h"
+#include "tenant.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -271,10 +272,14 @@ static int open_local(struct kvtierd *d)
 static int open_server(struct kvtierd *d)
 {
     char err[512] = "";
-    const char *urls[2] = {d->cfg.socket, d->cfg.tcp};
-    struct server_opts o = {urls, d->cfg.tcp[0] ? 2 : 1, (uint32_t)d->cfg.contexts,
-                            d->cfg.max_msg_bytes, (unsigned)d->cfg.pool_mode};
-    if (server_open(&o, &d->srv, err, sizeof err) != 0) {
+    const char *urls[2 + CFG_TENANTS_MAX];
+    nng_tls_config *tls[2 + CFG_TENANTS_MAX];
+    int n = tenant_open(d, err, sizeof err) == 0
+                ? tenant_listeners(d, urls, tls, 2 + CFG_TENANTS_MAX, err, sizeof err)
+                : -1;
+    struct server_opts o = {urls, n > 0 ? (size_t)n : 0, (uint32_t)d->cfg.contexts,
+                            d->cfg.max_msg_bytes, (unsigned)d->cfg.pool_mode, tls};
+    if (n < 0 || server_open(&o, &d->srv, err, sizeof err) != 0) {
         log_error("server", "%s", err);
         return -1;
     }
@@ -548,6 +553,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     local_close(d->local);
     d->local = NULL;
     server_close(d->srv);
+    d->srv = NULL;
+    tenant_close(d);
     if (d->dram) lease_drop_all(d);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */

@@ -57,5 +57,7 @@ int park_wait_ms(struct kvtierd *d);
 void park_run_due(struct kvtierd *d);
 /* Parked requests now, and those holding nng contexts. */
 uint32_t park_count(const struct kvtierd *d, uint32_t *n_nng);
+/* Parked requests of one connection. */
+uint32_t park_count_pipe(const struct kvtierd *d, uint32_t pipe);
 
 #endif
