@@ -64,6 +64,10 @@ static const struct cfg_key keys[] = {
      "NVMe reads or peers, a LOOKUP on the cluster, FLUSH, VERIFY, KV_WAIT); "
      "past it such a request is refused with KVT_EBUSY and other clients are "
      "not affected"},
+    {"daemon", "socket_mode", CFG_OCTAL, F(socket_mode), "0", 0, 0777, "mode", 0,
+     "file mode of the ipc and fast-channel sockets (octal); 0: dram.pool_mode. "
+     "With tenants the sockets may be opened wider than the pool: clients the "
+     "pool's mode keeps out use copying calls"},
     {"daemon", "tls_cert", CFG_STR, F(tls_cert), "", 0, 0, "path", 0,
      "PEM certificate the tls+tcp:// client listeners present (daemon.tcp and "
      "the tenants' tls= listeners)"},

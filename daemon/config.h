@@ -56,6 +56,7 @@ struct kvt_config {
     uint64_t local_fast;          /* serve the local fast channel */
     uint64_t local_max_conns;     /* fast-channel connections at most */
     uint64_t park_per_client;     /* parked requests one connection may hold */
+    uint64_t socket_mode;         /* octal mode of the sockets; 0: pool_mode */
     char tls_cert[CFG_STR_MAX];   /* PEM certificate of the tls+tcp listeners */
     char tls_key[CFG_STR_MAX];    /* ... and its private key */
     char tls_ca[CFG_STR_MAX];     /* CA of daemon.tcp's client certificates */

@@ -251,13 +251,19 @@ static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
     served(arg, rsp->err, t0);
 }
 
+/* daemon.socket_mode, or the pool's mode when it is 0. */
+static unsigned socket_mode(const struct kvtierd *d)
+{
+    return (unsigned)(d->cfg.socket_mode ? d->cfg.socket_mode : d->cfg.pool_mode);
+}
+
 /* The fast channel sits beside the ipc socket: <path>.fast. */
 static int open_local(struct kvtierd *d)
 {
     char err[512] = "";
     if (!d->cfg.local_fast || strncmp(d->cfg.socket, "ipc://", 6) != 0) return 0;
     snprintf(d->local_path, sizeof d->local_path, "%s.fast", d->cfg.socket + 6);
-    struct local_opts o = {d->local_path, (unsigned)d->cfg.pool_mode,
+    struct local_opts o = {d->local_path, socket_mode(d),
                            d->cfg.pool_group, d->cfg.max_msg_bytes, on_local_request,
                            handle_response_free, on_pipe, d,
                            (uint32_t)d->cfg.local_max_conns};
@@ -278,7 +284,7 @@ static int open_server(struct kvtierd *d)
                 ? tenant_listeners(d, urls, tls, 2 + CFG_TENANTS_MAX, err, sizeof err)
                 : -1;
     struct server_opts o = {urls, n > 0 ? (size_t)n : 0, (uint32_t)d->cfg.contexts,
-                            d->cfg.max_msg_bytes, (unsigned)d->cfg.pool_mode, tls};
+                            d->cfg.max_msg_bytes, socket_mode(d), tls};
     if (n < 0 || server_open(&o, &d->srv, err, sizeof err) != 0) {
         log_error("server", "%s", err);
         return -1;

@@ -8,11 +8,15 @@
  * tenant checks stand between the clients. Each client runs in a forked
  * child that drops to its uid and gid (the suite runs as root; skipped
  * otherwise) and reports through its exit status; the daemon itself runs
- * as root, an operator. Every case runs over the fast channel (SO_PEERCRED)
+ * as root, an operator. A second daemon opens its sockets to everyone
+ * and its pool only to the group users: a tenant outside it cannot open
+ * the pool file, maps nothing and works by copying. Every case runs over the fast channel (SO_PEERCRED)
  * and over nng's ipc socket (ipc:peer-uid) alike. Bad tenant lines and a
  * plain tcp listener without daemon.tcp_insecure keep the daemon from
  * starting.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,10 +84,11 @@ typedef int (*as_fn)(void *arg);
 /* Run the role's function (child()) as (uid, gid) in a fresh process, over nng only when nng is
  * set; its exit status (0: every check held). The child execs this test
  * again (main's "--as"): nng's threads do not survive a fork. */
-static int run_as(uid_t uid, gid_t gid, int nng, const char *role)
+static int run_on(const struct tdaemon *dm, uid_t uid, gid_t gid, int nng,
+                  const char *role)
 {
     char dir[300];
-    snprintf(dir, sizeof dir, "%s", D.dir);
+    snprintf(dir, sizeof dir, "%s", dm->dir);
     fflush(NULL);
     pid_t p = fork();
     if (p == 0) {
@@ -95,6 +100,11 @@ static int run_as(uid_t uid, gid_t gid, int nng, const char *role)
     int st = 0;
     if (p < 0 || waitpid(p, &st, 0) != p) return 101;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
+}
+
+static int run_as(uid_t uid, gid_t gid, int nng, const char *role)
+{
+    return run_on(&D, uid, gid, nng, role);
 }
 
 static kvt_err put1(kvt_client *c, const char *ns, uint64_t seed)
@@ -304,6 +314,61 @@ static void test_admin_group(void **state)
     kvt_close(op);
 }
 
+/* A tenant in the pool's group maps the pool and moves to the fast
+ * channel. */
+static int as_pooled(void *arg)
+{
+    (void)arg;
+    kvt_client *c = NULL;
+    int fd = open(D.pool, O_RDONLY);
+    CK(fd >= 0);
+    close(fd);
+    CK(kvt_connect(D.sock, &c) == KVT_OK);
+    CK(kvt_zero_copy(c));
+    CK(put1(c, "alpha/p", 40) == KVT_OK);
+    kvt_close(c);
+    return 0;
+}
+
+/* A tenant outside the pool's group cannot open the pool file, so it
+ * cannot read the other tenants' bytes; it still works, copying. */
+static int as_unpooled(void *arg)
+{
+    (void)arg;
+    kvt_client *c = NULL;
+    CK(open(D.pool, O_RDONLY) < 0 && errno == EACCES);
+    CK(open(D.pool, O_RDWR) < 0 && errno == EACCES);
+    CK(kvt_connect(D.sock, &c) == KVT_OK);
+    CK(!kvt_zero_copy(c));
+    CK(put1(c, "beta/p", 41) == KVT_OK);
+    CK(get1(c, "beta/p", 41) == KVT_OK);
+    CK(get1(c, "alpha/p", 40) == KVT_EPERM);
+    kvt_close(c);
+    return 0;
+}
+
+/* The socket open to every tenant (daemon.socket_mode), the pool only to
+ * its group (users): tenant beta, outside it, cannot map it. */
+static void test_pool_kept_from_tenant(void **state)
+{
+    (void)state;
+    struct group *g = getgrnam("users");
+    if (getuid() != 0 || !g) skip();
+    struct tdaemon P;
+    const char *extra[] = {
+        "--pool-mode", "0660", "--pool-group", "users", "--socket-mode", "0666",
+        "--tenants.tenant", "name=alpha uids=50001 prefixes=alpha/",
+        "--tenants.tenant", "name=beta uids=50002 prefixes=beta/", NULL};
+    assert_int_equal(td_init(&P), 0);
+    chmod(P.dir, 0711);
+    assert_int_equal(td_start(&P, extra), 0);
+    assert_int_equal(run_on(&P, UID_ALPHA, g->gr_gid, 0, "pooled"), 0);
+    assert_int_equal(run_on(&P, UID_BETA, GID_OTHER, 0, "unpooled"), 0);
+    assert_int_equal(run_on(&P, UID_BETA, GID_OTHER, 1, "unpooled"), 0);
+    assert_int_equal(td_stop(&P), 0);
+    td_cleanup(&P);
+}
+
 /* kvtierd must refuse to start with this configuration, saying why. */
 static void refused(const char *const *extra, const char *says)
 {
@@ -344,17 +409,17 @@ static void test_bad_config(void **state)
     refused(plain_tenants, "not allowed with tenants");
 }
 
-static int as_alpha(void *), as_beta(void *), as_nobody(void *),
-    as_gamma(void *), as_admin(void *);
 
 /* The child of run_as: run one role's checks against the daemon in dir. */
 static int child(const char *role, const char *dir)
 {
     static const struct { const char *name; as_fn fn; } roles[] = {
         {"alpha", as_alpha}, {"beta", as_beta}, {"nobody", as_nobody},
-        {"gamma", as_gamma}, {"admin", as_admin}};
+        {"gamma", as_gamma}, {"admin", as_admin}, {"pooled", as_pooled},
+        {"unpooled", as_unpooled}};
     snprintf(D.dir, sizeof D.dir, "%s", dir);
     snprintf(D.sock, sizeof D.sock, "%s/kvtierd.sock", dir);
+    snprintf(D.pool, sizeof D.pool, "/dev/shm/kvt-test-%s.pool", dir + 14);
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (!strcmp(roles[i].name, role)) return roles[i].fn(NULL);
     return 104;
@@ -370,6 +435,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unknown_refused),
         cmocka_unit_test(test_gid_tenant),
         cmocka_unit_test(test_admin_group),
+        cmocka_unit_test(test_pool_kept_from_tenant),
         cmocka_unit_test(test_bad_config),
     };
     if (getenv("KVT_TEST_FILTER")) cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
