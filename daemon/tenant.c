@@ -252,14 +252,23 @@ static const char *who(const struct tconn *c, char *buf, size_t len)
     return buf;
 }
 
-static struct tconn *conn_of(struct kvtierd *d, uint32_t pipe)
+/* The connection's record, made when it is first asked for. A pipe not
+ * (or no longer) connected is resolved afresh each time and kept
+ * nowhere: its requests are still checked, and nothing leaks. */
+static const struct tconn *conn_of(struct kvtierd *d, uint32_t pipe)
 {
+    static struct tconn passing;
     struct tconn **pp = slot_of(d->tenants, pipe);
     if (*pp) return *pp;
-    struct tconn *c = calloc(1, sizeof *c);
+    struct tconn tmp = {.pipe = pipe};
+    resolve(d, &tmp);
+    if (!pipe_alive(d, pipe)) {
+        passing = tmp;
+        return &passing;
+    }
+    struct tconn *c = malloc(sizeof *c);
     if (!c) abort(); /* control-plane allocation */
-    c->pipe = pipe;
-    resolve(d, c);
+    *c = tmp;
     *pp = c;
     if (c->tenant < 0 && !c->operator_) {
         char w[64];
