@@ -329,9 +329,10 @@ static int dial(kvt_client *c, const char *url)
     nng_tls_config *tls = NULL;
     char err[256];
     if (strncmp(url, "tls+tcp://", 10) != 0) return nng_dial(c->sock, url, NULL, 0);
-    struct tlsconf_files f = {getenv("KVTIER_TLS_CERT"), getenv("KVTIER_TLS_KEY"),
-                              getenv("KVTIER_TLS_CA"), getenv("KVTIER_TLS_SERVER_NAME")};
-    if (tlsconf_new(0, &f, &tls, err, sizeof err) != 0) {
+    struct tlsconf_files f = {getenv("KVTIER_TLS_CA"), getenv("KVTIER_TLS_CERT"),
+                              getenv("KVTIER_TLS_KEY")};
+    const char *name = getenv("KVTIER_TLS_SERVER_NAME");
+    if (tlsconf_build(&tls, 0, &f, name && name[0] ? name : NULL, err, sizeof err) != 0) {
         set_err(c, err);
         return NNG_EINVAL;
     }

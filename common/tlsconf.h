@@ -1,15 +1,9 @@
 /*
- * tlsconf.h -- one nng TLS configuration from PEM files, for every
- * tls+tcp:// endpoint kvtier opens: the daemon's client listeners and the
- * client library's dialer (and whatever else speaks nng's TLS).
+ * tlsconf.h -- nng TLS configurations from PEM files (see tlsconf.c).
  *
- * Design: nng's TLS transport (mbedTLS underneath) does the handshake; all
- * kvtier decides is who proves what. A CA given means the peer must present
- * a certificate that CA signed, or the handshake fails before any message
- * is read (NNG_TLS_AUTH_MODE_REQUIRED); no CA means the peer is not asked.
- * Certificate and key are read here (both or neither), so a missing or
- * unreadable file is an error that names it rather than a failed
- * handshake later.
+ * Ownership: a config returned here holds one reference; give it to an
+ * endpoint (NNG_OPT_TLS_CONFIG takes its own) and drop yours with
+ * nng_tls_config_free.
  */
 #ifndef KVT_TLSCONF_H
 #define KVT_TLSCONF_H
@@ -19,18 +13,25 @@
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
 
+/* Largest PEM file read (a CA bundle, a certificate chain, a key). */
+#define TLSCONF_FILE_MAX (1u << 20)
+
 struct tlsconf_files {
-    const char *cert;        /* PEM certificate chain, or NULL / "" */
-    const char *key;         /* its PEM private key, or NULL / "" */
-    const char *ca;          /* PEM CA the peer's certificate must chain to */
-    const char *server_name; /* client: name the server's certificate must
-                                carry (NULL / "": the CA alone decides) */
+    const char *ca;   /* PEM: the CA(s) a peer's certificate must chain to */
+    const char *cert; /* PEM: this side's certificate (chain) */
+    const char *key;  /* PEM: its private key, unencrypted */
 };
 
-/* A configuration for a server (listener) or a client (dialer). The
- * caller owns *out (nng_tls_config_free; nng holds its own reference once
- * it is set on a listener or dialer). 0, or -1 with a sentence in err. */
-int tlsconf_new(int server, const struct tlsconf_files *f, nng_tls_config **out,
-                char *err, size_t errlen);
+/* A configuration for a listener (server = 1) or a dialer (server = 0)
+ * that presents f->cert and requires the peer's certificate to chain to
+ * f->ca (mutual authentication, TLS 1.2 or newer). peer_name, when not
+ * NULL, must also be a name in the peer's certificate (dialers). 0, or -1
+ * with the reason in err. */
+int tlsconf_build(nng_tls_config **out, int server, const struct tlsconf_files *f,
+                  const char *peer_name, char *err, size_t errlen);
+
+/* 1 if the three files can be read and make a configuration (checked at
+ * startup so a typo stops the daemon instead of every connection). */
+int tlsconf_check(const struct tlsconf_files *f, char *err, size_t errlen);
 
 #endif

@@ -131,8 +131,8 @@ static int add_url(struct tenants *t, const char **urls, nng_tls_config **tls,
         snprintf(err, errlen, "too many listeners");
         return -1;
     }
-    if (!strncmp(url, "tls+tcp://", 10) && tlsconf_new(1, f, &t->tls[t->n_urls],
-                                                      err, errlen) != 0)
+    if (!strncmp(url, "tls+tcp://", 10) &&
+        tlsconf_build(&t->tls[t->n_urls], 1, f, NULL, err, errlen) != 0)
         return -1;
     urls[t->n_urls] = url;
     tls[t->n_urls] = t->tls[t->n_urls];
@@ -145,7 +145,7 @@ int tenant_listeners(struct kvtierd *d, const char **urls,
 {
     struct tenants *t = d->tenants;
     const struct kvt_config *c = &d->cfg;
-    struct tlsconf_files f = {c->tls_cert, c->tls_key, c->tls_ca, NULL};
+    struct tlsconf_files f = {c->tls_ca, c->tls_cert, c->tls_key};
     if (add_url(t, urls, tls, max, c->socket, ROLE_LOCAL, &f, err, errlen) != 0)
         return -1;
     if (c->tcp[0]) {
@@ -158,7 +158,7 @@ int tenant_listeners(struct kvtierd *d, const char **urls,
     }
     for (uint32_t i = 0; i < c->tenants.n; i++) {
         const struct kvt_tenant *tn = &c->tenants.v[i];
-        struct tlsconf_files tf = {c->tls_cert, c->tls_key, tn->ca, NULL};
+        struct tlsconf_files tf = {tn->ca, c->tls_cert, c->tls_key};
         if (tn->tls[0] &&
             add_url(t, urls, tls, max, tn->tls, (int)i, &tf, err, errlen) != 0)
             return -1;

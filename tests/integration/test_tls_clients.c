@@ -22,10 +22,14 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "kvtier.pb-c.h"
 
 static struct tdaemon D;
 static char dir[64], url_op[64], url_a[64], url_b[64];
@@ -174,6 +178,42 @@ static void test_operator_cert(void **state)
     kvt_close(c);
 }
 
+/* A client that presents no certificate at all (libkvtier will not dial
+ * so, hence raw nng): the daemon must not answer its HELLO. 1 if it got
+ * no answer. */
+static int no_cert_refused(const char *url)
+{
+    char ca[128];
+    nng_socket s;
+    nng_dialer d;
+    nng_tls_config *t;
+    nng_msg *m;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Hello h = KVTIER__HELLO__INIT;
+    h.proto_version = KVT_PROTO_VERSION;
+    q.body_case = KVTIER__REQUEST__BODY_HELLO;
+    q.hello = &h;
+    assert_int_equal(nng_req0_open(&s), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 3000);
+    nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 3000);
+    assert_int_equal(nng_tls_config_alloc(&t, NNG_TLS_MODE_CLIENT), 0);
+    assert_int_equal(nng_tls_config_ca_file(t, in_dir(ca, sizeof ca, "ca-op.pem")), 0);
+    assert_int_equal(nng_tls_config_auth_mode(t, NNG_TLS_AUTH_MODE_REQUIRED), 0);
+    assert_int_equal(nng_dialer_create(&d, s, url), 0);
+    assert_int_equal(nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, t), 0);
+    nng_tls_config_free(t);
+    int refused = nng_dialer_start(d, 0) != 0;
+    if (!refused) {
+        assert_int_equal(nng_msg_alloc(&m, kvtier__request__get_packed_size(&q)), 0);
+        kvtier__request__pack(&q, nng_msg_body(m));
+        if (nng_sendmsg(s, m, 0) != 0) nng_msg_free(m);
+        refused = nng_recvmsg(s, &m, 0) != 0;
+        if (!refused) nng_msg_free(m);
+    }
+    nng_close(s);
+    return refused;
+}
+
 /* Every client that cannot prove it belongs there is refused before its
  * first request is read. */
 static void test_refused(void **state)
@@ -184,7 +224,9 @@ static void test_refused(void **state)
     assert_int_not_equal(dial(url_a, "beta", &c), KVT_OK);  /* beta's CA */
     assert_int_not_equal(dial(url_b, "alpha", &c), KVT_OK); /* alpha's CA */
     assert_int_not_equal(dial(url_op, "alpha", &c), KVT_OK);
-    assert_int_not_equal(dial(url_a, NULL, &c), KVT_OK);    /* no certificate */
+    assert_int_not_equal(dial(url_a, NULL, &c), KVT_OK);    /* libkvtier: no */
+    assert_true(no_cert_refused(url_a));                    /* the daemon: no */
+    assert_true(no_cert_refused(url_op));
     assert_int_not_equal(dial(url_a, "rogue", &c), KVT_OK); /* self-signed */
     assert_int_not_equal(dial(url_op, NULL, &c), KVT_OK);
     snprintf(plain, sizeof plain, "tcp://%s", url_a + 10);
