@@ -576,7 +576,6 @@ static void do_stats(struct req *r)
     s->pool_bytes = u.capacity;
     s->used_bytes = u.used;
     s->chunks = d->idx.n_ready;
-    s->namespaces = d->ns.n;
     s->leases = d->leases.count;
     s->clients = d->n_pipes;
     s->hits = d->st.hits;
@@ -596,6 +595,7 @@ static void do_stats(struct req *r)
     s->pid = (uint32_t)getpid();
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
+    s->namespaces = s->n_ns; /* those this client may see (tenant.c) */
     kvc_fill_stats(d, s);
     nvs_fill_stats(r, d, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
