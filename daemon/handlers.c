@@ -18,6 +18,8 @@
 #include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
+#include "kvwait.h"
+#include "store.h"
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"

@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "clock.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "store.h"
 
 static struct lease **bucket(struct kvtierd *d, uint64_t id)
 {

@@ -39,9 +39,12 @@
 #include <unistd.h>
 
 #include "peer/cluster.h"
+#include "adopt.h"
 #include "events.h"
+#include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
+#include "store.h"
 #include "log.h"
 #include "local.h"
 #include "metrics_http.h"

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kvcache.h"
+#include "handlers.h"
 #include "kvtierd.h"
 #include "workq.h"
 #include "log.h"

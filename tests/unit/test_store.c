@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "store.h"
 
 #define CH 4096u
 #define POOL (1u << 20) /* 256 chunks of CH */
