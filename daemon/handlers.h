@@ -35,6 +35,11 @@ void handle_get_answer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                        const uint32_t *slots, size_t n, Kvtier__Response *rsp,
                        void **scratch);
 
+/* What a dropped lease lets go of (lease.h's release; arg is the
+ * daemon): a write lease's uncommitted chunk is freed, a read lease's
+ * chunk unpinned (and freed if it was deleted meanwhile). */
+void handle_lease_release(void *arg, uint8_t kind, uint32_t slot);
+
 /* Memory that lives until the response is packed. */
 void *req_alloc(struct req *r, size_t size);
 /* Set the response's error and text; returns e. */

@@ -44,7 +44,6 @@
 #include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
-#include "store.h"
 #include "log.h"
 #include "local.h"
 #include "metrics_http.h"
@@ -52,6 +51,7 @@
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "server.h"
+#include "store.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -240,6 +240,7 @@ static int open_tiers(struct kvtierd *d)
     }
     d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
     d->idx.plain_lru = d->cfg.plain_lru != 0;
+    lease_init(&d->leases, handle_lease_release, d);
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
     if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
@@ -382,7 +383,7 @@ static int drain_done(struct kvtierd *d)
                  (unsigned long long)d->leases.count,
                  (unsigned long long)(unfinished(d) - d->leases.count));
         d->met.leases_cancelled += d->leases.count;
-        lease_drop_all(d);
+        lease_drop_all(&d->leases);
     }
     return 1;
 }
@@ -393,7 +394,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     ssize_t r = read(lp->tfd, &n, sizeof n);
     (void)r;
     uint64_t now = kvtierd_clock(d);
-    lease_expire(d, now);
+    d->st.expired_leases += lease_expire(&d->leases, now);
     store_watermark(d);
     nvs_tick(d);
     adopt_tick(d);
@@ -551,7 +552,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     local_close(d->local);
     d->local = NULL;
     server_close(d->srv);
-    if (d->dram) lease_drop_all(d);
+    if (d->dram) lease_drop_all(&d->leases);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */
     ev_close(d);
