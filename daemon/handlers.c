@@ -110,7 +110,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
             d->pipes[i] = d->pipes[--d->n_pipes];
             break;
         }
-    park_pipe_gone(d, pipe); /* first: nothing may answer it from here on */
+    park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(&d->leases, pipe);
     kvc_pipe_removed(d, pipe);
 }

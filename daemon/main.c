@@ -285,6 +285,13 @@ static int open_server(struct kvtierd *d)
     return 0;
 }
 
+/* Parked requests answer through the transports: after they open. */
+static int open_park(struct kvtierd *d)
+{
+    struct park_env env = {d->srv, d->local, (uint32_t)d->cfg.contexts / 2, d};
+    return park_open(&env, &d->park);
+}
+
 static int open_metrics(struct kvtierd *d)
 {
     char err[640] = "", url[CFG_STR_MAX + 32];
@@ -308,12 +315,11 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (wq_cq_open(&d->cq) != 0 || park_open(d) != 0 || open_tiers(d) != 0 ||
-        ev_open(d) != 0)
+    if (wq_cq_open(&d->cq) != 0 || open_tiers(d) != 0 || ev_open(d) != 0)
         return -1;
     notify("STATUS=starting listeners");
-    if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
-        cluster_open(d) != 0)
+    if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
+        open_metrics(d) != 0 || cluster_open(d) != 0)
         return -1;
     return 0;
 }
@@ -517,13 +523,13 @@ static int run_loop(struct kvtierd *d)
     int rc = loop_open(d, &lp);
     while (rc == 0 && lp.running) {
         struct epoll_event evs[8];
-        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d));
+        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d->park, kvtierd_clock(d)));
         if (n < 0 && errno != EINTR) {
             log_error("main", "epoll_wait: %s", strerror(errno));
             rc = -1;
         }
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
-        if (lp.running) park_run_due(d);
+        if (lp.running) park_run_due(d->park, kvtierd_clock(d));
         if (d->evict_target) store_watermark(d);
         ev_flush(d); /* this iteration's KV events: one message */
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
@@ -546,7 +552,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     cluster_close(d);
-    park_close(d); /* what no module answered: dropped, before the transports */
+    park_close(d->park); /* what no module answered: dropped, before the transports */
+    d->park = NULL;
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);
