@@ -540,14 +540,14 @@ static void do_clear(struct req *r, const Kvtier__Clear *q)
     if (check_ns(r, q->ns)) return;
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint64_t n = 0;
-    ev_clear_begin(d, ns); /* AllBlocksCleared if nothing else is cached */
+    ev_clear_begin(d->ev, ns); /* AllBlocksCleared if nothing else is cached */
     for (uint32_t s = 0; ns != NS_NONE && s < d->idx.used; s++) {
         const struct idx_entry *e = idx_at(&d->idx, s);
         if (e->ns != ns || e->state != IDX_READY) continue;
         store_delete(d, s);
         n++;
     }
-    ev_clear_end(d);
+    ev_clear_end(d->ev);
     set_count(r, n);
 }
 

@@ -315,7 +315,8 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (wq_cq_open(&d->cq) != 0 || open_tiers(d) != 0 || ev_open(d) != 0)
+    if (wq_cq_open(&d->cq) != 0 || open_tiers(d) != 0 ||
+        ev_open(&d->cfg, &d->idx, &d->ns, &d->ev) != 0)
         return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
@@ -531,7 +532,7 @@ static int run_loop(struct kvtierd *d)
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
         if (lp.running) park_run_due(d->park, kvtierd_clock(d));
         if (d->evict_target) store_watermark(d);
-        ev_flush(d); /* this iteration's KV events: one message */
+        ev_flush(d->ev); /* this iteration's KV events: one message */
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
     }
     loop_close(&lp);
@@ -562,7 +563,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     if (d->dram) lease_drop_all(&d->leases);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */
-    ev_close(d);
+    ev_close(d->ev);
+    d->ev = NULL;
     idx_destroy(&d->idx);
     ns_free(&d->ns);
     dram_close(d->dram, !d->cfg.dram_adopt);

@@ -443,7 +443,7 @@ static void render_latency(struct sbuf *b, struct kvtierd *d)
 static void render_events(struct sbuf *b, struct kvtierd *d)
 {
     struct ev_stats s;
-    ev_get_stats(d, &s);
+    ev_get_stats(d->ev, &s);
     family(b, "kvtier_events_total", "counter",
            "KV events (BlockStored, BlockRemoved, AllBlocksCleared records) by "
            "outcome: published on the PUB socket, or dropped (publisher queue "
