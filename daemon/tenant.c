@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "handlers.h"
 #include "kvtierd.h"
 #include "local.h"
 #include "log.h"
