@@ -102,7 +102,7 @@ void pipe_added(struct kvtierd *d, uint32_t pipe)
         d->cap_pipes = ncap;
     }
     d->pipes[d->n_pipes++] = pipe;
-    tenant_conn_added(d, pipe);
+    tenant_conn_added(d->tenants, pipe);
 }
 
 void pipe_removed(struct kvtierd *d, uint32_t pipe)
@@ -115,7 +115,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
     park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(&d->leases, pipe);
     kvc_pipe_removed(d, pipe);
-    tenant_conn_removed(d, pipe);
+    tenant_conn_removed(d->tenants, pipe);
 }
 
 int pipe_alive(const struct kvtierd *d, uint32_t pipe)
@@ -572,7 +572,7 @@ static void fill_ns_stats(struct req *r, Kvtier__StatsResp *s)
     s->ns = arena_alloc(r->a, d->ns.n * sizeof *s->ns);
     Kvtier__NsStats *v = arena_alloc(r->a, d->ns.n * sizeof *v);
     for (uint32_t i = 0; i < d->ns.n; i++) {
-        if (!tenant_ns_visible(d, r->pipe, d->ns.v[i].name)) continue;
+        if (!tenant_ns_visible(d->tenants, r->pipe, d->ns.v[i].name)) continue;
         kvtier__ns_stats__init(&v[i]);
         v[i].ns = d->ns.v[i].name;
         v[i].chunks = d->ns.v[i].chunks;
@@ -721,7 +721,7 @@ static int may_park(Kvtier__Request__BodyCase kind)
 static kvt_err admit(struct req *r, const Kvtier__Request *q)
 {
     char why[256];
-    kvt_err e = tenant_check(r->d, r->pipe, q, why, sizeof why);
+    kvt_err e = tenant_check(r->d->tenants, r->pipe, q, why, sizeof why);
     if (e != KVT_OK) return req_fail(r, e, "%s", why);
     uint32_t held = park_count_pipe(r->d->park, r->pipe);
     if (may_park(q->body_case) && held >= r->d->cfg.park_per_client)

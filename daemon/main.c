@@ -284,8 +284,9 @@ static int open_server(struct kvtierd *d)
     char err[512] = "";
     const char *urls[2 + CFG_TENANTS_MAX];
     nng_tls_config *tls[2 + CFG_TENANTS_MAX];
-    int n = tenant_open(d, err, sizeof err) == 0
-                ? tenant_listeners(d, urls, tls, 2 + CFG_TENANTS_MAX, err, sizeof err)
+    int n = (d->tenants = tenant_open(&d->cfg, err, sizeof err))
+                ? tenant_listeners(d->tenants, urls, tls, 2 + CFG_TENANTS_MAX, err,
+                                   sizeof err)
                 : -1;
     struct server_opts o = {urls, n > 0 ? (size_t)n : 0, (uint32_t)d->cfg.contexts,
                             d->cfg.max_msg_bytes, socket_mode(d), tls};
@@ -333,6 +334,7 @@ static int open_all(struct kvtierd *d)
     if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
         open_metrics(d) != 0 || cluster_open(d) != 0)
         return -1;
+    tenant_attach(d->tenants, d->srv, d->local); /* before the loop serves */
     return 0;
 }
 
@@ -572,7 +574,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     d->local = NULL;
     server_close(d->srv);
     d->srv = NULL;
-    tenant_close(d);
+    tenant_close(d->tenants);
+    d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */

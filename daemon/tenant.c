@@ -19,8 +19,9 @@
  * Without a tenant line nothing is checked at all: the single
  * zero-configuration tenant is whoever can open the socket, as the
  * socket's and pool's modes decide.
- * Connections live in a small hash by id (a check per request). Core
- * thread only.
+ * The table takes the configuration and the two transports it asks about
+ * a connection, nothing else of the daemon. Connections live in a small
+ * hash by id (a check per request). Core thread only.
  */
 #include "tenant.h"
 
@@ -31,8 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "handlers.h"
-#include "kvtierd.h"
+#include "config.h"
 #include "local.h"
 #include "log.h"
 #include "server.h"
@@ -52,6 +52,9 @@ struct tconn {
 };
 
 struct tenants {
+    const struct kvt_config *cfg;
+    struct server *srv;
+    struct local_srv *local;
     int has_admin_gid;
     gid_t admin_gid;
     int role[TN_URLS]; /* of each server url: ROLE_* or a tenant index */
@@ -60,9 +63,9 @@ struct tenants {
     struct tconn *b[TN_BUCKETS];
 };
 
-static int enabled(const struct kvtierd *d)
+static int enabled(const struct tenants *t)
 {
-    return d->cfg.tenants.n > 0;
+    return t && t->cfg->tenants.n > 0;
 }
 
 static int parse_group(const char *g, gid_t *out)
@@ -79,36 +82,42 @@ static int parse_group(const char *g, gid_t *out)
     return 0;
 }
 
-int tenant_open(struct kvtierd *d, char *err, size_t errlen)
+struct tenants *tenant_open(const struct kvt_config *c, char *err, size_t errlen)
 {
     struct tenants *t = calloc(1, sizeof *t);
     if (!t) abort(); /* control-plane allocation */
-    d->tenants = t;
-    if (d->cfg.admin_group[0]) {
-        if (parse_group(d->cfg.admin_group, &t->admin_gid) != 0) {
-            snprintf(err, errlen, "tenants.admin_group '%s': no such group",
-                     d->cfg.admin_group);
-            return -1;
-        }
-        t->has_admin_gid = 1;
+    t->cfg = c;
+    if (c->admin_group[0] && parse_group(c->admin_group, &t->admin_gid) != 0) {
+        snprintf(err, errlen, "tenants.admin_group '%s': no such group", c->admin_group);
+        goto fail;
     }
-    if (enabled(d) && strncmp(d->cfg.socket, "ipc://", 6) != 0) {
+    t->has_admin_gid = c->admin_group[0] != 0;
+    if (enabled(t) && strncmp(c->socket, "ipc://", 6) != 0) {
         snprintf(err, errlen, "with tenants, daemon.socket must be ipc:// (local "
                  "clients are known by their uid and gid)");
-        return -1;
+        goto fail;
     }
-    for (uint32_t i = 0; i < d->cfg.tenants.n; i++)
-        log_info("tenant", "%s: %u uids, %u gids, %u prefixes%s%s",
-                 d->cfg.tenants.v[i].name, d->cfg.tenants.v[i].n_uids,
-                 d->cfg.tenants.v[i].n_gids, d->cfg.tenants.v[i].n_prefixes,
-                 d->cfg.tenants.v[i].tls[0] ? ", remote clients on " : "",
-                 d->cfg.tenants.v[i].tls);
-    return 0;
+    for (uint32_t i = 0; i < c->tenants.n; i++) {
+        const struct kvt_tenant *tn = &c->tenants.v[i];
+        log_info("tenant", "%s: %u uids, %u gids, %u prefixes%s%s", tn->name,
+                 tn->n_uids, tn->n_gids, tn->n_prefixes,
+                 tn->tls[0] ? ", remote clients on " : "", tn->tls);
+    }
+    return t;
+fail:
+    free(t);
+    return NULL;
 }
 
-void tenant_close(struct kvtierd *d)
+void tenant_attach(struct tenants *t, struct server *srv, struct local_srv *local)
 {
-    struct tenants *t = d->tenants;
+    if (!t) return;
+    t->srv = srv;
+    t->local = local;
+}
+
+void tenant_close(struct tenants *t)
+{
     if (!t) return;
     for (size_t i = 0; i < TN_BUCKETS; i++)
         while (t->b[i]) {
@@ -119,7 +128,6 @@ void tenant_close(struct kvtierd *d)
     for (size_t i = 0; i < t->n_urls; i++)
         if (t->tls[i]) nng_tls_config_free(t->tls[i]);
     free(t);
-    d->tenants = NULL;
 }
 
 /* ------------------------------------------------------------ listeners */
@@ -141,11 +149,10 @@ static int add_url(struct tenants *t, const char **urls, nng_tls_config **tls,
     return 0;
 }
 
-int tenant_listeners(struct kvtierd *d, const char **urls,
-                     nng_tls_config **tls, size_t max, char *err, size_t errlen)
+int tenant_listeners(struct tenants *t, const char **urls, nng_tls_config **tls,
+                     size_t max, char *err, size_t errlen)
 {
-    struct tenants *t = d->tenants;
-    const struct kvt_config *c = &d->cfg;
+    const struct kvt_config *c = t->cfg;
     struct tlsconf_files f = {c->tls_ca, c->tls_cert, c->tls_key};
     if (add_url(t, urls, tls, max, c->socket, ROLE_LOCAL, &f, err, errlen) != 0)
         return -1;
@@ -224,15 +231,14 @@ static int nng_cred(uint32_t pipe, uint32_t *uid, uint32_t *gid)
     return 0;
 }
 
-static void resolve(struct kvtierd *d, struct tconn *c)
+static void resolve(struct tenants *t, struct tconn *c)
 {
-    struct tenants *t = d->tenants;
     int role = ROLE_LOCAL, rv;
     c->tenant = -1;
     if (c->pipe >= LOCAL_ID_BASE) {
-        rv = local_peer_cred(d->local, c->pipe, &c->uid, &c->gid);
+        rv = local_peer_cred(t->local, c->pipe, &c->uid, &c->gid);
     } else {
-        int u = server_url_of(d->srv, c->pipe);
+        int u = t->srv ? server_url_of(t->srv, c->pipe) : -1;
         if (u < 0 || (size_t)u >= t->n_urls) return; /* gone already */
         role = t->role[u];
         rv = role == ROLE_LOCAL ? nng_cred(c->pipe, &c->uid, &c->gid) : -1;
@@ -243,7 +249,7 @@ static void resolve(struct kvtierd *d, struct tconn *c)
     c->has_cred = 1;
     c->operator_ = c->uid == (uint32_t)geteuid() ||
                    (t->has_admin_gid && in_group(c->uid, c->gid, t->admin_gid));
-    c->tenant = tenant_of_cred(&d->cfg.tenants, c->uid, c->gid);
+    c->tenant = tenant_of_cred(&t->cfg->tenants, c->uid, c->gid);
 }
 
 static const char *who(const struct tconn *c, char *buf, size_t len)
@@ -253,41 +259,39 @@ static const char *who(const struct tconn *c, char *buf, size_t len)
     return buf;
 }
 
-/* The connection's record, made when it is first asked for. A pipe not
- * (or no longer) connected is resolved afresh each time and kept
- * nowhere: its requests are still checked, and nothing leaks. */
-static const struct tconn *conn_of(struct kvtierd *d, uint32_t pipe)
+/* The record of a connected pipe; one not (or no longer) connected is
+ * resolved afresh each time and kept nowhere: its requests are still
+ * checked, and nothing leaks. */
+static const struct tconn *conn_of(struct tenants *t, uint32_t pipe)
 {
     static struct tconn passing;
-    struct tconn **pp = slot_of(d->tenants, pipe);
-    if (*pp) return *pp;
-    struct tconn tmp = {.pipe = pipe};
-    resolve(d, &tmp);
-    if (!pipe_alive(d, pipe)) {
-        passing = tmp;
-        return &passing;
-    }
-    struct tconn *c = malloc(sizeof *c);
+    struct tconn *c = *slot_of(t, pipe);
+    if (c) return c;
+    passing = (struct tconn){.pipe = pipe};
+    resolve(t, &passing);
+    return &passing;
+}
+
+void tenant_conn_added(struct tenants *t, uint32_t pipe)
+{
+    char w[64];
+    if (!enabled(t)) return;
+    struct tconn **pp = slot_of(t, pipe);
+    if (*pp) return;
+    struct tconn *c = calloc(1, sizeof *c);
     if (!c) abort(); /* control-plane allocation */
-    *c = tmp;
+    c->pipe = pipe;
+    resolve(t, c);
     *pp = c;
-    if (c->tenant < 0 && !c->operator_) {
-        char w[64];
+    if (c->tenant < 0 && !c->operator_)
         log_warn("tenant", "%s belongs to no tenant: its requests are refused",
                  who(c, w, sizeof w));
-    }
-    return c;
 }
 
-void tenant_conn_added(struct kvtierd *d, uint32_t pipe)
+void tenant_conn_removed(struct tenants *t, uint32_t pipe)
 {
-    if (d->tenants && enabled(d)) (void)conn_of(d, pipe);
-}
-
-void tenant_conn_removed(struct kvtierd *d, uint32_t pipe)
-{
-    if (!d->tenants) return;
-    struct tconn **pp = slot_of(d->tenants, pipe), *c = *pp;
+    if (!t) return;
+    struct tconn **pp = slot_of(t, pipe), *c = *pp;
     if (!c) return;
     *pp = c->next;
     free(c);
@@ -325,38 +329,38 @@ static const char *ns_of(const Kvtier__Request *q)
     }
 }
 
-kvt_err tenant_check(struct kvtierd *d, uint32_t pipe, const Kvtier__Request *q,
+kvt_err tenant_check(struct tenants *t, uint32_t pipe, const Kvtier__Request *q,
                      char *why, size_t why_len)
 {
     char w[64];
-    if (!d->tenants || !enabled(d)) return KVT_OK;
-    const struct tconn *c = conn_of(d, pipe);
+    if (!enabled(t)) return KVT_OK;
+    const struct tconn *c = conn_of(t, pipe);
     if (c->operator_) return KVT_OK;
     if (c->tenant < 0) {
         snprintf(why, why_len, "%s belongs to no tenant: no tenants.tenant line "
                  "lists it", who(c, w, sizeof w));
         return KVT_EPERM;
     }
-    const struct kvt_tenant *t = &d->cfg.tenants.v[c->tenant];
+    const struct kvt_tenant *tn = &t->cfg->tenants.v[c->tenant];
     const char *ns = ns_of(q);
     if (!ns) {
         snprintf(why, why_len, "%s (tenant %s) is not an operator: this request "
                  "spans every tenant (tenants.admin_group)", who(c, w, sizeof w),
-                 t->name);
+                 tn->name);
         return KVT_EPERM;
     }
-    if (ns[0] && !prefix_ok(t, ns)) {
+    if (ns[0] && !prefix_ok(tn, ns)) {
         snprintf(why, why_len, "namespace '%.64s' is not tenant %s's (its "
-                 "prefixes are set in tenants.tenant)", ns, t->name);
+                 "prefixes are set in tenants.tenant)", ns, tn->name);
         return KVT_EPERM;
     }
     return KVT_OK;
 }
 
-int tenant_ns_visible(struct kvtierd *d, uint32_t pipe, const char *ns)
+int tenant_ns_visible(struct tenants *t, uint32_t pipe, const char *ns)
 {
-    if (!d->tenants || !enabled(d)) return 1;
-    const struct tconn *c = conn_of(d, pipe);
+    if (!enabled(t)) return 1;
+    const struct tconn *c = conn_of(t, pipe);
     if (c->operator_) return 1;
-    return c->tenant >= 0 && prefix_ok(&d->cfg.tenants.v[c->tenant], ns);
+    return c->tenant >= 0 && prefix_ok(&t->cfg->tenants.v[c->tenant], ns);
 }
