@@ -43,6 +43,7 @@
 #define GID_GAMMA 50100
 #define GID_ADMIN 50200
 #define GID_OTHER 50300
+#define CFG_LINES 17 /* one more tenant than kvtierd takes */
 
 static struct tdaemon D;
 
@@ -141,6 +142,23 @@ static kvt_err list(kvt_client *c, const char *ns, size_t *n)
     return e;
 }
 
+/* An operator request with no arguments of note: FLUSH, VERIFY or PEERS. */
+static kvt_err operator_req(kvt_client *c, Kvtier__Request__BodyCase kind)
+{
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Flush f = KVTIER__FLUSH__INIT;
+    Kvtier__Verify v = KVTIER__VERIFY__INIT;
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = kind;
+    if (kind == KVTIER__REQUEST__BODY_FLUSH) q.flush = &f;
+    if (kind == KVTIER__REQUEST__BODY_VERIFY) q.verify = &v;
+    if (kind == KVTIER__REQUEST__BODY_PEERS) q.peers = &p;
+    kvt_err e = kvtc_call(c, &q, &r);
+    if (e == KVT_OK) kvtier__response__free_unpacked(r, NULL);
+    return e;
+}
+
 static kvt_err stats_ns(kvt_client *c, size_t *n_ns, int *sees_beta)
 {
     Kvtier__Request q = KVTIER__REQUEST__INIT;
@@ -186,6 +204,9 @@ static int as_alpha(void *arg)
     CK(kvt_clear(c, "alpha/m", &u) == KVT_EPERM);
     CK(kvt_clear(c, "beta/m", &u) == KVT_EPERM);
     CK(kvt_evict(c, 0, &u) == KVT_EPERM);
+    CK(operator_req(c, KVTIER__REQUEST__BODY_FLUSH) == KVT_EPERM);
+    CK(operator_req(c, KVTIER__REQUEST__BODY_VERIFY) == KVT_EPERM);
+    CK(operator_req(c, KVTIER__REQUEST__BODY_PEERS) == KVT_EPERM);
     CK(stats_ns(c, &n, &sees_beta) == KVT_OK && !sees_beta && n >= 1);
     kvt_close(c);
     return 0;
@@ -405,6 +426,24 @@ static void test_bad_config(void **state)
     refused(twice, "name used twice");
     refused(field, "colour=red");
     refused(group, "no such group");
+    char many[CFG_LINES][64];
+    const char *too_many[2 * CFG_LINES + 1];
+    for (int i = 0; i < CFG_LINES; i++) {
+        snprintf(many[i], sizeof many[i], "name=t%d uids=%d prefixes=t%d/", i, i, i);
+        too_many[2 * i] = "--tenants.tenant";
+        too_many[2 * i + 1] = many[i];
+    }
+    too_many[2 * CFG_LINES] = NULL;
+    const char *tls_no_ca[] = {"--tenants.tenant",
+                               "name=x prefixes=x/ tls=tls+tcp://127.0.0.1:1", NULL};
+    const char *tcp_socket[] = {"--socket", "tcp://127.0.0.1:1", "--tenants.tenant",
+                                "name=x uids=1 prefixes=x/", NULL};
+    const char *not_tls[] = {"--tenants.tenant", "name=x prefixes=x/ "
+                             "tls=tcp://127.0.0.1:1 ca=/x", NULL};
+    refused(too_many, "too many tenants");
+    refused(tls_no_ca, "tls and ca go together");
+    refused(tcp_socket, "daemon.socket must be ipc://");
+    refused(not_tls, "tls=tcp://127.0.0.1:1");
     refused(plain, "is plain tcp");
     refused(plain_tenants, "not allowed with tenants");
 }
