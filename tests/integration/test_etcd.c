@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "daemon.h"
 #include "log.h"
 #include "peer/etcd.h"
@@ -368,9 +369,34 @@ static void test_values_round_trip_and_refuse(void **state)
                                       meta, &ml), -1);
 }
 
+/* The configuration keys that choose and aim the backend. */
+static void test_config_keys(void **state)
+{
+    (void)state;
+    struct kvt_config c;
+    char err[256];
+    config_defaults(&c);
+    assert_string_equal(c.cluster_membership, "swim");
+    assert_int_equal(config_finish(&c, err, sizeof err), 0);
+    config_defaults(&c);
+    assert_int_equal(config_set(&c, "cluster.membership", "zookeeper", err, sizeof err), 0);
+    assert_int_equal(config_finish(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "swim or etcd"));
+    config_defaults(&c);
+    assert_int_equal(config_set(&c, "cluster.membership", "etcd", err, sizeof err), 0);
+    assert_int_equal(config_finish(&c, err, sizeof err), -1); /* no endpoints */
+    assert_int_equal(config_set(&c, "cluster.etcd_endpoints", Url, err, sizeof err), 0);
+    assert_int_equal(config_set(&c, "cluster.etcd_lease_s", "1", err, sizeof err), -1);
+    assert_int_equal(config_set(&c, "cluster.etcd_lease_s", "5", err, sizeof err), 0);
+    assert_int_equal(config_finish(&c, err, sizeof err), 0);
+    assert_int_equal(c.cluster_etcd_lease_s, 5);
+    assert_string_equal(c.cluster_etcd_prefix, "/kvtier/members/");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_parsers_refuse_bad_bytes),
         cmocka_unit_test(test_values_round_trip_and_refuse),
         cmocka_unit_test(test_join_leave_kill),
