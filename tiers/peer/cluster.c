@@ -499,6 +499,9 @@ int cluster_open(struct kvtierd *d)
         return -1;
     }
     add_seeds(d);
+    if (strcmp(d->cfg.cluster_membership, "swim") != 0) /* etcd.c: built, not wired yet */
+        log_warn("cluster", "cluster.membership = %s is not used by this cluster layer yet; "
+                 "members are found through seeds and heartbeats", d->cfg.cluster_membership);
     if (gx_open(d) != 0 || pg_open(d) != 0) return -1;
     log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
              c->self_addr, (unsigned)c->n);
