@@ -5,7 +5,8 @@
  * leaves (its lease revoked, seen as LEFT) and one is killed (its lease
  * runs out, seen as DEAD); etcd killed with SIGKILL is reported as down
  * with a reason, and once restarted the survivor registers again and sees
- * a newcomer. Keys under the prefix that are not members, and values that
+ * a newcomer; a member whose lease is revoked behind its back is seen
+ * DEAD, grants a new lease and is seen ALIVE again. Keys under the prefix that are not members, and values that
  * do not parse, are refused and counted. The JSON and base64 readers are
  * fed truncated and hostile replies. Waits poll with generous deadlines;
  * nothing is timed.
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <curl/curl.h>
 
 #include "config.h"
 #include "daemon.h"
@@ -249,6 +251,68 @@ static void test_etcd_killed_and_restarted(void **state)
     assert_true(pump(back_and_newcomer));          /* re-registered, watching again */
 }
 
+static int both_alive_again(void)
+{
+    return etcd_up(M[2], NULL, 0) && etcd_up(M[3], NULL, 0) && state_at(2, 4) == MB_ALIVE &&
+           state_at(3, 3) == MB_ALIVE;
+}
+
+static size_t grab(char *p, size_t sz, size_t n, void *arg)
+{
+    char *buf = arg;
+    size_t have = strlen(buf), len = sz * n;
+    if (have + len >= 4096) return 0;
+    memcpy(buf + have, p, len);
+    buf[have + len] = 0;
+    return len;
+}
+
+/* The lease member id's key is under, read straight from etcd. */
+static int64_t lease_of(uint32_t id)
+{
+    char key[64], kb[128], body[256], url[200], reply[4096] = "";
+    snprintf(key, sizeof key, PREFIX "%u", (unsigned)id);
+    ec_b64_encode(key, strlen(key), kb);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", kb);
+    snprintf(url, sizeof url, "%s/v3/kv/range", Url);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, grab);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, reply);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_cleanup(h);
+    const char *l = strstr(reply, "\"lease\":\"");
+    return rc == CURLE_OK && l ? strtoll(l + 9, NULL, 10) : 0;
+}
+
+/* A member's lease is revoked behind its back (an operator, or etcd
+ * expiring it): the others see it DEAD; it finds its lease gone, grants a
+ * new one, registers again and is seen ALIVE. */
+static void test_lease_lost_and_registered_again(void **state)
+{
+    (void)state;
+    char err[256];
+    int64_t old = lease_of(4);
+    assert_true(old > 0);
+    uint64_t dead0 = mb_stats(M[2])->events[MB_EV_DEAD];
+    struct ec *ec = ec_new(Url, 2000, err, sizeof err);
+    assert_int_equal(ec_revoke(ec, old, err, sizeof err), 0);
+    ec_free(ec);
+    assert_true(pump(both_alive_again));
+    for (int t = 0; t < 400 && mb_stats(M[2])->events[MB_EV_DEAD] == dead0; t++) {
+        mb_tick(M[2], (uint64_t)td_now_ms());
+        mb_tick(M[3], (uint64_t)td_now_ms());
+        usleep(20 * 1000);
+    }
+    assert_true(mb_stats(M[2])->events[MB_EV_DEAD] > dead0); /* 4's key went */
+    assert_true(pump(both_alive_again));                    /* and came back */
+    assert_int_equal(Last[2][4], MB_EV_ALIVE);
+    int64_t now = lease_of(4);
+    assert_true(now > 0 && now != old);                     /* under a new lease */
+}
+
 static int bad_counted(void)
 {
     return mb_stats(M[2])->rx_bad >= 3;
@@ -401,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_values_round_trip_and_refuse),
         cmocka_unit_test(test_join_leave_kill),
         cmocka_unit_test(test_etcd_killed_and_restarted),
+        cmocka_unit_test(test_lease_lost_and_registered_again),
         cmocka_unit_test(test_hostile_keys_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
