@@ -608,6 +608,96 @@ static void test_churn_never_starves_a_slot(void **state)
     }
 }
 
+static int setup_sweep(void **state)
+{
+    (void)state;
+    return setup_wired(12, 1, 2, 8);
+}
+
+/* Which of k[0..n) this node owns for the view of live members (brute
+ * force); returns how many. */
+static uint32_t owned_of(const kvt_key *k, uint32_t n, uint64_t nsh, uint8_t *own)
+{
+    uint32_t v[WM + 1], nv = view_ids(v), o[OW_MAX_REPLICAS], count = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t c = owners_of(&k[i], nsh, v, nv, 2, o);
+        uint8_t mine = (uint8_t)in_set(o, c, 1);
+        if (own) own[i] = mine;
+        count += mine;
+    }
+    return count;
+}
+
+static void set_live(uint32_t id, int alive)
+{
+    cl_find(D->cl, id)->state =
+        alive ? KVTIER__PEER_STATE__PEER_ALIVE : KVTIER__PEER_STATE__PEER_DEAD;
+    gx_membership(D, id, alive);
+}
+
+/* Ticks past the settling time until the pass and the owner-side sweep
+ * are over. */
+static void run_sweep(void)
+{
+    advance(D->cfg.cluster_failure_ms);
+    for (int i = 0; i < 100 && (i == 0 || stats().sweep || stats().pass); i++) {
+        advance(250);
+        gx_tick(D);
+    }
+    assert_int_equal(stats().sweep, 0);
+}
+
+/* Member 2 holds 600 keys and tells this node of all of them. After
+ * bursts of joins, leaves and a restart, the sweep keeps exactly the
+ * entries this node owns for the view (first by counting each entry,
+ * then by replaying only the changes); when the holder leaves, every
+ * entry of its goes. The one chunk held here is its own entry when this
+ * node owns it (its pass tells this node). */
+static void test_sweep_keeps_what_it_owns(void **state)
+{
+    (void)state;
+    enum { NKEYS = 600 };
+    kvt_key *k = calloc(NKEYS, sizeof *k);
+    uint8_t own1[NKEYS], own2[NKEYS];
+    uint64_t nsh = gx_ns_hash(NS);
+    ProtobufCBinaryData kb[1];
+    protobuf_c_boolean dr = 0;
+    for (uint32_t i = 0; i < NKEYS; i++) {
+        k[i] = td_key(50000 + i);
+        kb[0] = (ProtobufCBinaryData){KVT_KEY_LEN, k[i].b};
+        Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
+        ix.n_keys = ix.n_ns_hash = ix.n_drop = 1;
+        ix.keys = kb, ix.ns_hash = &nsh, ix.drop = &dr;
+        Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+        pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
+        pm.index = &ix;
+        gx_on_index(D, cl_find(D->cl, 2), &pm);
+    }
+    run_pass();
+    uint64_t all = entries();
+    set_live(3, 0), set_live(9, 1), set_live(10, 1), set_live(5, 0);
+    gx_membership(D, 6, 1);                     /* 6 restarted: no view change */
+    set_live(11, 1), set_live(9, 0);
+    advance(250);
+    gx_tick(D);
+    assert_true(entries() >= all);              /* not settled: all kept */
+    run_sweep();
+    uint32_t n1 = owned_of(k, NKEYS, nsh, own1);
+    assert_true(n1 > 0 && n1 < NKEYS);
+    assert_int_equal(entries(), n1 + owned_of(Keys, 1, nsh, NULL));
+    set_live(12, 1), set_live(4, 0), set_live(7, 0), set_live(3, 1);
+    run_sweep();                                /* replayed, not counted anew */
+    owned_of(k, NKEYS, nsh, own2);
+    uint32_t both = 0;                          /* what was dropped stays dropped */
+    for (uint32_t i = 0; i < NKEYS; i++) both += own1[i] && own2[i];
+    assert_true(both > 0);
+    assert_int_equal(entries(), both + owned_of(Keys, 1, nsh, NULL));
+    set_live(2, 0);                             /* the holder leaves */
+    run_sweep();
+    assert_int_equal(entries(), owned_of(Keys, 1, nsh, NULL));
+    free(k);
+}
+
 static int setup_leave(void **state)
 {
     (void)state;
@@ -695,6 +785,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_churn_never_starves_a_slot, setup_churn,
                                         teardown_wired),
         cmocka_unit_test_setup_teardown(test_leave_hands_off, setup_leave, teardown_wired),
+        cmocka_unit_test_setup_teardown(test_sweep_keeps_what_it_owns, setup_sweep,
+                                        teardown_wired),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     return rc | cmocka_run_group_tests(wired, NULL, NULL);

@@ -93,6 +93,7 @@ struct gx_stats {
     uint32_t batches;        /* per-owner batches waiting */
     uint32_t pass;           /* 1: a membership pass is due or under way */
     uint32_t log;            /* changes not yet applied to every slot */
+    uint32_t sweep;          /* 1: an owner-side sweep is due or under way */
 };
 void gx_stats(struct kvtierd *d, struct gx_stats *st);
 /* Why an index message from member m is malformed, or NULL. Checked

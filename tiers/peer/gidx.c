@@ -33,12 +33,16 @@
  * A log that fills (GX_LOG_MAX changes within one pass) is dropped and
  * the slots it covered are told in full, as a fresh publish would.
  *
- * A sweep, GX_SWEEP_SLICE entries per tick, drops holders that are no
- * longer alive and entries this node no longer owns. It runs one lap
- * after each change, once the view has settled, and not otherwise. A
- * dead member's chunks are misses at once all the same: answers name
- * only holders alive at the owner, and the asker checks again against
- * its own view.
+ * On the owner side each entry keeps how many live members outrank this
+ * node for its key (`above`; it owns the key while that is below R). A
+ * sweep, GX_SWEEP_SLICE entries per tick, brings each entry up to date
+ * with the view changes logged since (2 scores per change: does the
+ * member that came or went outrank this node?), drops holders that left,
+ * and drops entries this node no longer owns. An entry is counted in
+ * full (O(N)) only on its first visit. The sweep runs one lap after each
+ * change, once the view has settled, and not otherwise. A dead member's
+ * chunks are misses at once all the same: answers name only holders
+ * alive at the owner, and the asker checks again against its own view.
  *
  * A node that leaves (gx_leave, at shutdown) hands each entry it owns to
  * the owner that takes its place, naming the holders, so the keys stay
@@ -94,7 +98,9 @@ struct gx_ent {
     uint64_t nsh;
     uint32_t hold[GX_HOLDERS];
     uint32_t next; /* hash chain or free list */
+    uint32_t oseq; /* the view change `above` reflects; 0: not counted yet */
     uint8_t n;     /* 0: free */
+    uint8_t above; /* live members outranking this node here (255: or more) */
 };
 
 struct gx_batch { /* index updates waiting for one owner */
@@ -142,9 +148,12 @@ struct gidx {
     uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
     uint32_t changes;    /* changes since the view was last settled */
     uint32_t sweep_next, sweep_left;
-    /* The view: live members and this node (rebuilt after a change). */
+    /* The view: live members and this node, kept by gx_membership. */
     uint32_t *view, nview, view_cap;
-    int view_stale;
+    /* View changes the sweep has not applied to every entry yet (olog[i]
+     * has sequence olog_base + i), as log/log_base below for slots. */
+    struct gx_change olog[GX_LOG_MAX];
+    uint32_t olog_base, olog_n;
     /* Per local index slot: the change sequence its owners reflect (0:
      * never told), then r owner ids (OW_NONE for none). */
     uint32_t r, *so, so_slots;
@@ -277,24 +286,34 @@ static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t 
 
 /* ------------------------------------------------------------ ownership */
 
-/* The live members and this node, rebuilt after a change. */
+/* The live members and this node. */
 static const uint32_t *view_of(struct kvtierd *d, uint32_t *n)
 {
     struct gidx *g = gx_of(d);
-    struct cluster *c = d->cl;
-    if (g->view_stale || !g->view) {
-        if (g->view_cap < c->n + 1) {
-            g->view_cap = c->n + 1;
-            if (!(g->view = realloc(g->view, g->view_cap * sizeof *g->view))) abort();
-        }
-        g->nview = 0;
-        for (uint32_t i = 0; i < c->n; i++)
-            if (cl_alive(&c->m[i]) && c->m[i].id != c->self_id) g->view[g->nview++] = c->m[i].id;
-        g->view[g->nview++] = c->self_id;
-        g->view_stale = 0;
-    }
     *n = g->nview;
     return g->view;
+}
+
+static void view_add(struct gidx *g, uint32_t id)
+{
+    if (g->nview == g->view_cap) {
+        g->view_cap = g->view_cap ? g->view_cap * 2 : 64;
+        if (!(g->view = realloc(g->view, g->view_cap * sizeof *g->view))) abort();
+    }
+    g->view[g->nview++] = id;
+}
+
+/* Member id is live or not: 1 if that changed the view. */
+static int view_set(struct gidx *g, uint32_t id, int alive)
+{
+    for (uint32_t i = 0; i < g->nview; i++) {
+        if (g->view[i] != id) continue;
+        if (alive) return 0;
+        g->view[i] = g->view[--g->nview];
+        return 1;
+    }
+    if (alive) view_add(g, id);
+    return alive;
 }
 
 /* The r best-scored of the live members and this node for (k, nsh),
@@ -336,12 +355,6 @@ static int has(const uint32_t *o, uint32_t n, uint32_t id)
     for (uint32_t i = 0; i < n; i++)
         if (o[i] == id) return 1;
     return 0;
-}
-
-static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
-{
-    uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
-    return has(o, n, d->cl->self_id);
 }
 
 /* -------------------------------------------------------------- batches */
@@ -570,7 +583,13 @@ void gx_membership(struct kvtierd *d, uint32_t id, int alive)
     if (settled(d)) g->changes = 0;
     if (g->changes < GX_MAX_REPLICAS) g->changes++;
     g->changed_ms = kvtierd_clock(d);
-    g->view_stale = 1;
+    if (id != d->cl->self_id && view_set(g, id, alive)) { /* not a restart */
+        if (g->olog_n == GX_LOG_MAX) { /* older entries are counted anew */
+            g->olog_base += g->olog_n + 1;
+            g->olog_n = 0;
+        }
+        g->olog[g->olog_n++] = (struct gx_change){id, alive ? OW_JOIN : OW_LEAVE};
+    }
     log_change(d, id, alive ? OW_JOIN : OW_LEAVE);
 }
 
@@ -603,27 +622,67 @@ static void pass_slice(struct kvtierd *d)
     flush_due(d, 1);
 }
 
+/* Count anew who outranks this node for entry i (O(N)), and drop its
+ * holders that are not live. */
+static void recount(struct kvtierd *d, uint32_t i)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_ent *e = &g->e[i];
+    uint32_t self = d->cl->self_id, above = 0;
+    for (uint32_t j = 0; j < g->nview; j++)
+        above += g->view[j] != self && ow_outranks(&e->key, e->nsh, g->view[j], self);
+    e->above = (uint8_t)(above < 255 ? above : 255);
+    for (int j = e->n - 1; j >= 0; j--)
+        if (e->hold[j] != self && !has(g->view, g->nview, e->hold[j])) {
+            hold_del(g, i, e->hold[j]);
+            if (!g->e[i].n) return; /* freed */
+        }
+}
+
+/* Bring entry i up to date with the view changes since it was last
+ * visited: a joiner that outranks this node pushes it down a rank, a
+ * leaver that did lifts it, and a leaver stops being a holder. 2 scores
+ * per change; a count anew (O(N)) only the first time, or when the log
+ * was dropped, or after a lift from 255. Returns 0 if the entry went. */
+static int replay_entry(struct kvtierd *d, uint32_t i)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_ent *e = &g->e[i];
+    uint32_t self = d->cl->self_id, end = g->olog_base + g->olog_n;
+    int fresh = e->oseq == 0 || e->oseq < g->olog_base;
+    for (uint32_t q = e->oseq; !fresh && q < end; q++) {
+        const struct gx_change *c = &g->olog[q - g->olog_base];
+        int up = ow_outranks(&e->key, e->nsh, c->id, self);
+        if (c->kind == OW_JOIN && up && e->above < 255) e->above++;
+        if (c->kind != OW_LEAVE) continue;
+        if (up && e->above == 255) fresh = 1;
+        else if (up) e->above--;
+        hold_del(g, i, c->id);
+        if (!g->e[i].n) return 0;
+    }
+    if (fresh) recount(d, i);
+    if (!g->e[i].n) return 0;
+    g->e[i].oseq = end;
+    return 1;
+}
+
 /* Drop holders not alive, and entries this node no longer owns: one lap
  * after each change, once the view has settled (askers may count on
- * them until then). */
+ * them until then). When the lap is over every entry reflects the view
+ * changes logged, and that log is emptied. */
 static void sweep_slice(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
-    struct cluster *c = d->cl;
     if (!g->sweep_left || !settled(d)) return;
     for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->sweep_left && g->used; k++, g->sweep_left--) {
         uint32_t i = g->sweep_next++ % g->used;
-        struct gx_ent *e = &g->e[i];
-        if (!e->n) continue;
-        if (!owns(d, &e->key, e->nsh)) {
-            ent_free(g, i);
-            continue;
-        }
-        for (int j = e->n - 1; j >= 0 && e->n; j--)
-            if (e->hold[j] != c->self_id && !cl_alive(cl_find(c, e->hold[j])))
-                hold_del(g, i, e->hold[j]);
+        if (!g->e[i].n || !replay_entry(d, i)) continue;
+        if (g->e[i].above >= g->r) ent_free(g, i);
     }
-    if (!g->used) g->sweep_left = 0;
+    if (g->sweep_left && g->used) return;
+    g->sweep_left = 0;
+    g->olog_base += g->olog_n;
+    g->olog_n = 0;
 }
 
 /* ------------------------------------------------------------- leaving */
@@ -1009,8 +1068,11 @@ int gx_open(struct kvtierd *d)
     g->free_head = GX_NONE;
     g->r = (uint32_t)d->cfg.cluster_replicas;
     if (g->r > GX_MAX_REPLICAS) g->r = GX_MAX_REPLICAS;
-    g->log_base = 1; /* a slot at 0 was never told */
-    g->view_stale = 1;
+    g->log_base = g->olog_base = 1; /* 0: never told, never counted */
+    for (uint32_t i = 0; i < d->cl->n; i++)
+        if (cl_alive(&d->cl->m[i]) && d->cl->m[i].id != d->cl->self_id)
+            view_set(g, d->cl->m[i].id, 1);
+    view_add(g, d->cl->self_id);
     rehash(g, 1024);
     pass_extend(d); /* publish what was loaded before the cluster opened */
     g->pass_due_ms = 0;
@@ -1049,6 +1111,7 @@ void gx_stats(struct kvtierd *d, struct gx_stats *st)
     st->batches = g->n_batches;
     st->pass = (uint32_t)g->pass;
     st->log = g->log_n;
+    st->sweep = g->sweep_left > 0;
 }
 
 void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)

@@ -28,6 +28,11 @@ static int before(uint64_t sa, uint32_t a, uint64_t sb, uint32_t b)
     return sa > sb || (sa == sb && a > b);
 }
 
+int ow_outranks(const kvt_key *k, uint64_t nsh, uint32_t a, uint32_t b)
+{
+    return before(ow_score(k, nsh, a), a, ow_score(k, nsh, b), b);
+}
+
 uint32_t owners_of(const kvt_key *k, uint64_t nsh, const uint32_t *view, uint32_t n,
                    uint32_t r, uint32_t *out)
 {

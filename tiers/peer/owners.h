@@ -26,6 +26,9 @@ enum ow_change {
 /* The score of member id for (k, nsh); a higher (score, id) ranks first. */
 uint64_t ow_score(const kvt_key *k, uint64_t nsh, uint32_t id);
 
+/* 1 if member a ranks before member b for (k, nsh). */
+int ow_outranks(const kvt_key *k, uint64_t nsh, uint32_t a, uint32_t b);
+
 /* The min(r, n) best-ranked ids of view[0..n) for (k, nsh), best first;
  * returns how many. r is at most OW_MAX_REPLICAS + 1 (the owners and the
  * member that would take an owner's place); more is cut to that. O(n). */
