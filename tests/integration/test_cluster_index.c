@@ -8,7 +8,7 @@
  * (short keys, arrays of different lengths, an answer to no query) are
  * refused and change nothing. When a fourth node joins, the holder sends
  * exactly the entries whose owners now include the newcomer, and nothing
- * to anyone else (PEERS index_moved). Waits poll with generous slack;
+ * to anyone else (PEERS index_moved, and the same in /metrics). Waits poll with generous slack;
  * nothing is timed.
  */
 #include <arpa/inet.h>
@@ -33,6 +33,7 @@
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "ops.h"
 #include "peer/owners.h"
 
 #define MAXN 4
@@ -411,6 +412,18 @@ static void test_join_moves_only_changed_keys(void **state)
     assert_int_equal(moved_on(&M, 0) - before[0], want);
     assert_int_equal(moved_on(&M, 1), before[1]); /* they hold nothing */
     assert_int_equal(moved_on(&M, 2), before[2]);
+    char base[128], *body = NULL;               /* the same count in /metrics */
+    int status = 0;
+    struct prom p;
+    assert_int_equal(ops_metrics_base(&M.d[0], base, sizeof base, 5000), 0);
+    assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 200);
+    assert_int_equal(prom_parse(body, &p), 0);
+    assert_true(prom_get(&p, "kvtier_index_entries_moved_total", "") ==
+                (double)moved_on(&M, 0));
+    assert_true(prom_get(&p, "kvtier_owner_queries_timed_out_total", "") >= 0);
+    prom_free(&p);
+    free(body);
     assert_int_equal(tc_teardown(&M), 0);
 }
 

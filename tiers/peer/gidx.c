@@ -1114,6 +1114,13 @@ void gx_stats(struct kvtierd *d, struct gx_stats *st)
     st->sweep = g->sweep_left > 0;
 }
 
+void cluster_index_stats(struct kvtierd *d, struct cluster_index_stats *st)
+{
+    struct gidx *g = gx_of(d);
+    st->moved = g ? g->moved : 0;
+    st->query_timeouts = g ? g->timeouts : 0;
+}
+
 void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
 {
     struct gidx *g = gx_of(d);
