@@ -20,6 +20,8 @@
 #include "kvtier.h"
 #include "kvtier.pb-c.h"
 
+#define NS_NONE UINT16_MAX /* as kvtierd.h: no namespace */
+
 struct park;
 struct req;
 struct wq_cq;
@@ -53,6 +55,8 @@ struct tier_host {
     uint16_t (*ns_claim)(void *core, const char *name, uint32_t pipe);
     void (*ns_hold)(void *core, uint16_t ns);
     void (*ns_unhold)(void *core, uint16_t ns);
+    /* A chunk of ns with bytes was put in the index at start (counts). */
+    void (*ns_loaded)(void *core, uint16_t ns, uint64_t bytes);
 
     /* Placement over DRAM (the core's policy, store.c): reserve a slot
      * for a new chunk, commit it, free a chunk, DRAM space for a chunk
