@@ -43,10 +43,7 @@
 #include <xxhash.h>
 
 #include "cluster_int.h"
-#include "kvcache.h"
-#include "kvtierd.h"
 #include "log.h"
-#include "park.h"
 #include "wire.h"
 
 #define GX_HOLDERS 4
@@ -106,7 +103,7 @@ struct gidx {
     uint64_t next_qid, peer_hits, timeouts;
 };
 
-static struct gidx *gx_of(struct kvtierd *d)
+static struct gidx *gx_of(struct cl_ctx *d)
 {
     return d->cl ? d->cl->gx : NULL;
 }
@@ -195,7 +192,7 @@ static void hold_del(struct gidx *g, uint32_t i, uint32_t id)
 }
 
 /* Holder id holds (drop = 0) or no longer holds the chunk. */
-static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t nsh,
+static void gx_apply(struct cl_ctx *d, uint32_t id, const kvt_key *k, uint64_t nsh,
                      int drop)
 {
     struct gidx *g = gx_of(d);
@@ -228,7 +225,7 @@ static uint64_t score(const kvt_key *k, uint64_t nsh, uint32_t id)
 
 /* The r best-scored of the live members and this node for (k, nsh),
  * best first; returns how many (1..r). */
-static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t r,
+static uint32_t top_scored(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t r,
                            uint32_t *out)
 {
     struct cluster *c = d->cl;
@@ -253,22 +250,22 @@ static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, ui
 }
 
 /* The owners of (k, nsh), best first; returns how many (1..R). */
-static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+static uint32_t owners(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
 {
     return top_scored(d, k, nsh, (uint32_t)d->cfg.cluster_replicas, out);
 }
 
 /* 1 once views had cluster.failure_timeout_ms to agree since the last
  * membership change. */
-static int settled(struct kvtierd *d)
+static int settled(struct cl_ctx *d)
 {
     const struct gidx *g = gx_of(d);
-    return kvtierd_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
+    return cl_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
 }
 
 /* Whom to ask about (k, nsh): its owners, and while the view settles one
  * more per change (the owners from before it). */
-static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
+static uint32_t owners_to_ask(struct cl_ctx *d, const kvt_key *k, uint64_t nsh,
                               uint32_t *out)
 {
     uint32_t r = (uint32_t)d->cfg.cluster_replicas;
@@ -276,7 +273,7 @@ static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
     return top_scored(d, k, nsh, r, out);
 }
 
-static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
+static int owns(struct cl_ctx *d, const kvt_key *k, uint64_t nsh)
 {
     uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
     for (uint32_t i = 0; i < n; i++)
@@ -286,7 +283,7 @@ static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
 
 /* ------------------------------------------------------------ publishing */
 
-static void flush_batch(struct kvtierd *d, struct member *m)
+static void flush_batch(struct cl_ctx *d, struct member *m)
 {
     struct gx_batch *b = m->batch;
     if (!b || b->n == 0) return;
@@ -304,7 +301,7 @@ static void flush_batch(struct kvtierd *d, struct member *m)
     b->n = 0;
 }
 
-static void queue_update(struct kvtierd *d, struct member *m, const kvt_key *k,
+static void queue_update(struct cl_ctx *d, struct member *m, const kvt_key *k,
                          uint64_t nsh, int drop)
 {
     if (!m->batch && !(m->batch = calloc(1, sizeof *m->batch))) abort();
@@ -315,7 +312,7 @@ static void queue_update(struct kvtierd *d, struct member *m, const kvt_key *k,
     if (++b->n == GX_BATCH) flush_batch(d, m);
 }
 
-static void publish(struct kvtierd *d, const kvt_key *k, uint64_t nsh, int drop)
+static void publish(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, int drop)
 {
     struct cluster *c = d->cl;
     uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
@@ -325,25 +322,25 @@ static void publish(struct kvtierd *d, const kvt_key *k, uint64_t nsh, int drop)
     }
 }
 
-void cluster_held(struct kvtierd *d, uint32_t slot, int held)
+void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
 {
     if (!gx_of(d)) return;
-    const struct idx_entry *e = idx_at(&d->idx, slot);
-    publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), !held);
+    const struct idx_entry *e = idx_at(d->idx, slot);
+    publish(d, &e->key, gx_ns_hash(d->host->ns_name(d->host->core, e->ns)), !held);
 }
 
-void gx_membership(struct kvtierd *d)
+void gx_membership(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
     if (settled(d)) g->changes = 0;
     if (g->changes < GX_MAX_REPLICAS) g->changes++;
-    g->changed_ms = kvtierd_clock(d);
+    g->changed_ms = cl_clock(d);
     g->repub = 1;
     g->repub_next = 0;
 }
 
-void gx_republish(struct kvtierd *d)
+void gx_republish(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g || g->repub) return;
@@ -351,21 +348,21 @@ void gx_republish(struct kvtierd *d)
     g->repub_next = 0;
 }
 
-static void republish_slice(struct kvtierd *d)
+static void republish_slice(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     uint32_t end = g->repub_next + GX_REPUB_SLICE;
-    for (; g->repub_next < d->idx.used && g->repub_next < end; g->repub_next++) {
-        const struct idx_entry *e = idx_at(&d->idx, g->repub_next);
+    for (; g->repub_next < d->idx->used && g->repub_next < end; g->repub_next++) {
+        const struct idx_entry *e = idx_at(d->idx, g->repub_next);
         if (e->state == IDX_READY)
-            publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), 0);
+            publish(d, &e->key, gx_ns_hash(d->host->ns_name(d->host->core, e->ns)), 0);
     }
-    if (g->repub_next >= d->idx.used) g->repub = 0;
+    if (g->repub_next >= d->idx->used) g->repub = 0;
 }
 
 /* Drop holders not alive, and entries this node no longer owns once
  * the view has settled (askers may still count on them until then). */
-static void sweep_slice(struct kvtierd *d)
+static void sweep_slice(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     struct cluster *c = d->cl;
@@ -401,7 +398,7 @@ static struct gq *find_query(struct gidx *g, uint64_t qid)
     return q;
 }
 
-const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm)
+const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     const Kvtier__PeerWhoHas *w = pm->who_has;
@@ -421,7 +418,7 @@ const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__Pe
     }
 }
 
-void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_index(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     for (size_t i = 0; i < ix->n_keys; i++)
@@ -429,7 +426,7 @@ void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 }
 
 /* A live holder of entry i other than `not`, or 0. */
-static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t not)
+static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t not)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
@@ -442,7 +439,7 @@ static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, u
     return 0;
 }
 
-void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerWhoHas *w = pm->who_has;
     uint32_t *h = calloc(w->n_keys + 1, sizeof *h);
@@ -487,7 +484,7 @@ static void park_unlink(struct gidx *g, struct gpark *p)
 }
 
 /* Answer p with what it has and free it (its queries must be gone). */
-static void park_finish(struct kvtierd *d, struct gpark *p)
+static void park_finish(struct cl_ctx *d, struct gpark *p)
 {
     park_unlink(gx_of(d), p);
     if (p->done) {
@@ -500,10 +497,10 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
     lr.n_tiers = p->n;
     lr.n_present = leading(p->tiers, p->n);
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    rsp.id = park_req_id(p->park);
+    rsp.id = d->host->park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     rsp.lookup = &lr;
-    park_answer(d, p->park, &rsp);
+    d->host->park_answer(d->host->core, p->park, &rsp);
     park_free(p);
 }
 
@@ -518,7 +515,7 @@ static void gq_unlink(struct gidx *g, struct gq *q)
     free(q);
 }
 
-void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     struct gidx *g = gx_of(d);
     (void)m; /* gx_check matched it to the query */
@@ -556,7 +553,7 @@ static void ask(struct gidx *g, struct gpark *p, uint32_t owner, uint32_t i)
     q->idx[q->n++] = i;
 }
 
-static void send_query(struct kvtierd *d, struct gq *q, uint64_t nsh)
+static void send_query(struct cl_ctx *d, struct gq *q, uint64_t nsh)
 {
     ProtobufCBinaryData *kv = calloc(q->n, sizeof *kv);
     uint64_t *nv = calloc(q->n, sizeof *nv);
@@ -605,7 +602,7 @@ static void park_discard(struct gidx *g, struct gpark *p)
 }
 
 /* Resolve what this node owns now; queue queries for the rest. */
-static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
+static void plan(struct cl_ctx *d, struct gpark *p, uint64_t nsh)
 {
     struct gidx *g = gx_of(d);
     struct cluster *c = d->cl;
@@ -623,23 +620,25 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     }
 }
 
-static void expire_one(struct kvtierd *d, struct gpark *p);
+static void expire_one(struct cl_ctx *d, struct gpark *p);
 
 /* park.c: the client left; its answers, if any come, find no query. */
-static void lookup_gone(struct kvtierd *d, void *owner)
+static void lookup_gone(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     park_unlink(gx_of(d), owner);
     park_discard(gx_of(d), owner);
 }
 
-static void lookup_due(struct kvtierd *d, void *owner)
+static void lookup_due(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     expire_one(d, owner);
 }
 
 static const struct park_ops lookup_ops = {lookup_gone, lookup_due};
 
-int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+int cluster_lookup(struct cl_ctx *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr)
 {
     struct gidx *g = gx_of(d);
@@ -647,14 +646,14 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     uint64_t nsh = gx_ns_hash(q->ns);
     struct gpark *p = park_new(q, lr);
     plan(d, p, nsh);
-    if (p->pending) p->park = park_defer(d, pipe, req_id, &lookup_ops, p);
+    if (p->pending) p->park = d->host->park(d->host->core, pipe, req_id, &lookup_ops, d, p);
     if (!p->park) { /* nothing to ask, or no room to wait: what is known */
         memcpy(lr->tiers, p->tiers, p->n * sizeof *p->tiers);
         lr->n_present = leading(p->tiers, p->n);
         park_discard(g, p);
         return 0;
     }
-    park_set_deadline(d, p->park, kvtierd_clock(d) + d->cfg.cluster_lookup_ms);
+    d->host->park_deadline(d->host->core, p->park, cl_clock(d) + d->cfg.cluster_lookup_ms);
     p->next = g->parks;
     g->parks = p;
     for (struct gq *x = g->qs; x; x = x->next)
@@ -662,7 +661,7 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     return 1;
 }
 
-void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
+void gx_resolve(struct cl_ctx *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
                 gx_done_fn done, void *arg)
 {
     struct gidx *g = gx_of(d);
@@ -677,7 +676,7 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
     p->done = done;
     p->arg = arg;
     plan(d, p, nsh);
-    p->deadline = kvtierd_clock(d) + d->cfg.cluster_lookup_ms;
+    p->deadline = cl_clock(d) + d->cfg.cluster_lookup_ms;
     p->next = g->parks;
     g->parks = p;
     if (!p->pending) {
@@ -689,7 +688,7 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
 }
 
 /* Past its deadline: drop the queries still out, answer what is known. */
-static void expire_one(struct kvtierd *d, struct gpark *p)
+static void expire_one(struct cl_ctx *d, struct gpark *p)
 {
     struct gidx *g = gx_of(d);
     for (struct gq *q = g->qs, *qn; q; q = qn) {
@@ -702,7 +701,7 @@ static void expire_one(struct kvtierd *d, struct gpark *p)
 }
 
 /* Resolutions for pget.c (no client, so no park deadline). */
-static void expire(struct kvtierd *d, uint64_t now)
+static void expire(struct cl_ctx *d, uint64_t now)
 {
     for (struct gpark *p = gx_of(d)->parks, *next; p; p = next) {
         next = p->next;
@@ -712,17 +711,17 @@ static void expire(struct kvtierd *d, uint64_t now)
 
 /* ------------------------------------------------------------ lifecycle */
 
-void gx_tick(struct kvtierd *d)
+void gx_tick(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
     if (g->repub) republish_slice(d);
     sweep_slice(d);
     for (uint32_t i = 0; i < d->cl->n; i++) flush_batch(d, &d->cl->m[i]);
-    expire(d, kvtierd_clock(d));
+    expire(d, cl_clock(d));
 }
 
-int gx_open(struct kvtierd *d)
+int gx_open(struct cl_ctx *d)
 {
     struct gidx *g = calloc(1, sizeof *g);
     if (!g) abort();
@@ -733,7 +732,7 @@ int gx_open(struct kvtierd *d)
     return 0;
 }
 
-void gx_close(struct kvtierd *d)
+void gx_close(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
@@ -749,7 +748,7 @@ void gx_close(struct kvtierd *d)
     d->cl->gx = NULL;
 }
 
-void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
+void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
