@@ -49,6 +49,7 @@
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "server.h"
+#include "tierhost.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -231,14 +232,16 @@ static int open_tiers(struct kvtierd *d)
         log_error("dram", "%s", err);
         return -1;
     }
-    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->cfg)) != 0) {
+    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->nvx->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;
     }
-    d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
+    d->idx.nv_active = nvs_index_slots(&d->nvx->cfg) > 0; /* before any insert */
+    tierhost_attach(d);
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
-    if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
+    if (nvs_open(d->nvx) != 0) return -1; /* loads the NVMe index */
+    tierhost_order(d);
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
@@ -304,13 +307,15 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
+    tierhost_init(d); /* the tiers' contexts */
     if (wq_cq_open(&d->cq) != 0 || park_open(d) != 0 || open_tiers(d) != 0 ||
         ev_open(d) != 0)
         return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
-        cluster_open(d) != 0)
+        cluster_open(d->clx) != 0)
         return -1;
+    tierhost_order(d);
     return 0;
 }
 
@@ -392,9 +397,9 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     uint64_t now = kvtierd_clock(d);
     lease_expire(d, now);
     store_watermark(d);
-    nvs_tick(d);
+    nvs_tick(d->nvx);
     adopt_tick(d);
-    cluster_tick(d);
+    cluster_tick(d->clx);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
         lp->wd_last = now;
@@ -433,6 +438,7 @@ static void reload(struct kvtierd *d)
     } else {
         int n = config_diff(&d->cfg, &nc, log_change, &restart);
         config_apply_reloadable(&d->cfg, &nc);
+        tierhost_conf(d);
         log_set_level(log_level_parse(d->cfg.log_level));
         d->met.reloads_ok++;
         log_info("config", "reloaded %s: %d change(s) applied, %d need a restart",
@@ -463,9 +469,9 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->sv = server_fd(d->srv);
     lp->lfd = d->local ? local_fd(d->local) : -1;
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
-    lp->nfd = nvs_fd(d);
-    lp->cfd = cluster_fd(d);
-    lp->pfd = cluster_peer_fd(d);
+    lp->nfd = nvs_fd(d->nvx);
+    lp->cfd = cluster_fd(d->clx);
+    lp->pfd = cluster_peer_fd(d->clx);
     lp->wfd = wq_cq_fd(d->cq);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
@@ -501,9 +507,9 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->sfd) on_signal(d, lp);
     else if (fd == lp->lfd) local_poll(d->local);
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
-    else if (fd == lp->nfd) nvs_poll(d);
-    else if (fd == lp->cfd) cluster_poll(d);
-    else if (fd == lp->pfd) cluster_peer_poll(d);
+    else if (fd == lp->nfd) nvs_poll(d->nvx);
+    else if (fd == lp->cfd) cluster_poll(d->clx);
+    else if (fd == lp->pfd) cluster_peer_poll(d->clx);
     else if (fd == lp->wfd) wq_cq_poll(d->cq);
 }
 
@@ -539,9 +545,9 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
-    nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
+    if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
-    cluster_close(d);
+    if (d->clx) cluster_close(d->clx);
     park_close(d); /* what no module answered: dropped, before the transports */
     metrics_http_close(d->http);
     d->http = NULL;
@@ -549,7 +555,8 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     d->local = NULL;
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
-    nvs_close(d);
+    d->nvme = NULL; /* the NVMe tier goes */
+    if (d->nvx) nvs_close(d->nvx);
     adopt_close(d); /* the journal the next daemon adopts the pool by */
     ev_close(d);
     idx_destroy(&d->idx);
@@ -557,6 +564,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     dram_close(d->dram, !d->cfg.dram_adopt);
     free(d->pipes);
     wq_cq_close(d->cq); /* every queue is closed by now */
+    tierhost_close(d);
     if (lock_fd >= 0) close(lock_fd);
 }
 

@@ -36,7 +36,7 @@ struct park {
     uint64_t req_id, deadline;
     void *later; /* server_later or local_later, by pipe */
     const struct park_ops *ops;
-    void *owner;
+    void *ctx, *owner;
     struct park *prev, *next;
 };
 
@@ -69,7 +69,7 @@ static void unlink_park(struct park_table *t, struct park *p)
 static void drop(struct kvtierd *d, struct park *p, int conn_open)
 {
     unlink_park(d->park, p);
-    p->ops->gone(d, p->owner);
+    p->ops->gone(p->ctx, p->owner);
     if (!is_local(p->pipe)) /* the context serves again */
         server_reply_later(d->srv, p->later, NULL);
     else if (conn_open)
@@ -94,14 +94,14 @@ static void *defer_transport(struct kvtierd *d, uint32_t pipe)
 }
 
 struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                        const struct park_ops *ops, void *owner)
+                        const struct park_ops *ops, void *ctx, void *owner)
 {
     if (!d->park) return NULL;
     void *later = defer_transport(d, pipe);
     if (!later) return NULL;
     struct park *p = calloc(1, sizeof *p);
     if (!p) abort(); /* control-plane allocation */
-    *p = (struct park){pipe, req_id, 0, later, ops, owner, NULL, d->park->head};
+    *p = (struct park){pipe, req_id, 0, later, ops, ctx, owner, NULL, d->park->head};
     if (p->next) p->next->prev = p;
     d->park->head = p;
     d->park->n++;
@@ -175,7 +175,7 @@ void park_run_due(struct kvtierd *d)
             continue;
         }
         p->deadline = 0;
-        p->ops->due(d, p->owner);
+        p->ops->due(p->ctx, p->owner);
         p = d->park->head; /* the list may have changed */
     }
 }

@@ -5,7 +5,7 @@
  * this file from then on; the module that parked it keeps the pointer and
  * may use it until exactly one of these happens, after which it is freed:
  *   - the module answers it (park_answer);
- *   - its connection closes: ops->gone(d, owner) runs, and the module must
+ *   - its connection closes: ops->gone(ctx, owner) runs, and the module must
  *     forget the pointer there (not answer it);
  *   - the daemon stops: park_close calls ops->gone for what is left.
  * ops->due runs when the deadline set with park_set_deadline passes; it
@@ -17,17 +17,10 @@
 #include <stdint.h>
 
 #include "kvtier.pb-c.h"
+#include "tier_host.h" /* struct park_ops: tiers park through their host */
 
 struct kvtierd;
 struct park;
-
-struct park_ops {
-    /* The client went away (or the daemon stops): let go of what the
-     * request holds. The park is freed when this returns. */
-    void (*gone)(struct kvtierd *d, void *owner);
-    /* The deadline passed: answer (park_answer) or set a new deadline. */
-    void (*due)(struct kvtierd *d, void *owner);
-};
 
 /* Start the table of parked requests (d->park). 0, or -1. */
 int park_open(struct kvtierd *d);
@@ -40,7 +33,7 @@ void park_close(struct kvtierd *d);
  * parked requests may hold -- half of them, for every module together --
  * are all held): answer it now. */
 struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                        const struct park_ops *ops, void *owner);
+                        const struct park_ops *ops, void *ctx, void *owner);
 /* ms on kvtierd_clock; 0: none. */
 void park_set_deadline(struct kvtierd *d, struct park *p, uint64_t deadline);
 uint32_t park_pipe(const struct park *p);

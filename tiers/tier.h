@@ -101,8 +101,11 @@ struct tier_ops {
      * once written (demote). KVT_OK: started, done follows; KVT_EBUSY:
      * the tier cannot take it now. */
     kvt_err (*write)(struct tier *t, uint32_t slot, tier_done_fn done, void *arg);
-    /* A chunk was committed to DRAM (a write-through tier queues it). */
+    /* A chunk was committed to DRAM (a write-through tier queues it; the
+     * peer tier tells the chunk's owners this node holds it). */
     void (*committed)(struct tier *t, uint32_t slot);
+    /* A committed chunk stopped being visible (deleted, or freed). */
+    void (*removed)(struct tier *t, uint32_t slot);
     /* The chunk's slot is being freed: drop this tier's copy. */
     void (*release)(struct tier *t, uint32_t slot);
     /* DRAM bytes that writes in flight will free. */

@@ -497,11 +497,23 @@ static int op_lookup(struct tier *t, struct tier_walk *w)
     return cluster_lookup(d, w->pipe, w->req_id, w->lookup, w->lr);
 }
 
+static void op_committed(struct tier *t, uint32_t slot)
+{
+    cluster_held(((struct cluster *)t)->d, slot, 1);
+}
+
+static void op_removed(struct tier *t, uint32_t slot)
+{
+    cluster_held(((struct cluster *)t)->d, slot, 0);
+}
+
 static const struct tier_ops cl_tier_ops = {
     .name = "peer",
     .id = KVT_TIER_PEER,
     .get = op_get,
     .lookup = op_lookup,
+    .committed = op_committed,
+    .removed = op_removed,
 };
 
 struct tier *cluster_tier(const struct cl_ctx *d)

@@ -55,9 +55,6 @@ void cluster_poll(struct cl_ctx *d);
 void cluster_tick(struct cl_ctx *d);
 /* The PEERS request. */
 void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp);
-/* gidx.c: this node now holds (held = 1) or no longer holds the chunk in
- * a READY slot; its owners are told in the next batch. */
-void cluster_held(struct cl_ctx *d, uint32_t slot, int held);
 /* The peer tier behind tier.h (get: pull over UCX what peers hold;
  * lookup: ask the owners of the keys missing here); NULL without a
  * cluster. */

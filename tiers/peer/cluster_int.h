@@ -83,6 +83,10 @@ static inline int cl_alive(const struct member *m)
 }
 
 /* gidx.c */
+/* This node now holds (held = 1) or no longer holds the chunk in a READY
+ * slot (the tier's committed / removed ops); its owners are told in the
+ * next batch. */
+void cluster_held(struct cl_ctx *d, uint32_t slot, int held);
 int gx_open(struct cl_ctx *d);
 void gx_close(struct cl_ctx *d);
 void gx_tick(struct cl_ctx *d);
