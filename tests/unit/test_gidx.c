@@ -6,13 +6,16 @@
  * messages are refused; after a membership change an owner keeps and
  * answers from entries it no longer owns until the view has settled
  * (cluster.failure_timeout_ms), then drops them (issue 10). A LOOKUP that
- * would have to wait on another owner cannot park here (no park table),
- * so it is answered with what this node knows, which is what is checked.
+ * would have to wait on another owner cannot park here (the test's host
+ * parks nothing), so it is answered with what this node knows, which is
+ * what is checked. The tier's context is built here without a daemon
+ * (tier_host.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,14 +23,46 @@
 
 #include "peer/cluster_int.h"
 #include "daemon.h"
-#include "kvtierd.h"
+#include "index.h"
 #include "log.h"
 
 #define NS "g/ns"
 #define NK 64
 
-static struct kvtierd *D;
+static struct cl_ctx *D;
+static struct idx X;
+static uint64_t start_ms;
 static kvt_key K[NK];
+
+uint64_t now_ms(void);
+
+/* ---- the host: a clock, one namespace, no park table */
+
+static uint64_t h_clock_ms(void *core)
+{
+    (void)core;
+    return now_ms() - start_ms;
+}
+
+static const char *h_ns_name(void *core, uint16_t ns)
+{
+    (void)core, (void)ns;
+    return NS;
+}
+
+static struct park *h_park(void *core, uint32_t pipe, uint64_t req_id,
+                           const struct park_ops *ops, void *ctx, void *owner)
+{
+    (void)core, (void)pipe, (void)req_id, (void)ops, (void)ctx, (void)owner;
+    return NULL; /* answer now */
+}
+
+static const struct tier_host host = {
+    .idx = &X,
+    .clock_ms = h_clock_ms,
+    .ns_name = h_ns_name,
+    .park = h_park,
+};
 
 static struct member *add_member(uint32_t id)
 {
@@ -43,11 +78,15 @@ static int setup(void **state)
 {
     (void)state;
     D = calloc(1, sizeof *D);
-    config_defaults(&D->cfg);
-    D->cfg.cluster_failure_ms = 3000;
-    D->start_ms = now_ms();
+    D->host = &host;
+    D->idx = &X;
+    D->cfg.cluster_failure_ms = 3000; /* the configuration's defaults */
+    D->cfg.cluster_heartbeat_ms = 500;
+    D->cfg.cluster_replicas = 2;
+    D->cfg.cluster_lookup_ms = 500;
+    start_ms = now_ms();
     log_set_level(LOG_ERROR);
-    if (idx_init(&D->idx, 1024) != 0) return -1;
+    if (idx_init(&X, 1024) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
     D->cl->m = calloc(CL_MAX_MEMBERS, sizeof *D->cl->m);
     D->cl->self_id = 1;
@@ -62,8 +101,7 @@ static int teardown(void **state)
     gx_close(D);
     free(D->cl->m);
     free(D->cl);
-    idx_destroy(&D->idx);
-    ns_free(&D->ns);
+    idx_destroy(&X);
     free(D);
     return 0;
 }
@@ -179,7 +217,7 @@ static void test_unowned_kept_until_settled(void **state)
     gx_tick(D);                                  /* republish, sweep */
     assert_int_equal(entries(), NK);             /* kept: not settled */
     assert_int_equal(lookup(0, NK, NULL), NK);   /* asked here as before */
-    D->start_ms -= D->cfg.cluster_failure_ms;    /* the view has settled */
+    start_ms -= D->cfg.cluster_failure_ms;    /* the view has settled */
     gx_tick(D);
     uint64_t kept = entries();
     assert_true(kept > 0 && kept < NK);          /* only what it owns now */
