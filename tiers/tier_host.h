@@ -20,7 +20,7 @@
 #include "kvtier.h"
 #include "kvtier.pb-c.h"
 
-#define NS_NONE UINT16_MAX /* as kvtierd.h: no namespace */
+#define NS_NONE UINT16_MAX /* no namespace (the core uses the same) */
 
 struct park;
 struct req;

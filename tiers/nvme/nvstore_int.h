@@ -74,7 +74,7 @@ struct nvs {
     uint32_t writes, reads;  /* in flight */
     uint32_t max_writes;
     uint64_t demoting;       /* DRAM bytes writes in flight will free */
-    uint64_t full_until;     /* kvtierd_clock ms: no space, do not try */
+    uint64_t full_until;     /* host clock_ms: no space, do not try */
     int full_logged;
     struct workq *csq;       /* checksums of what is read back */
     int ep;                  /* epoll over the ring's eventfd */

@@ -94,7 +94,7 @@ struct gidx {
     uint32_t used, cap, free_head, count;
     uint32_t *bucket, mask;
     int repub;           /* republishing after a membership change */
-    uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
+    uint64_t changed_ms; /* the last membership change (cl_clock) */
     uint32_t changes;    /* changes since the view was last settled */
     uint32_t repub_next; /* next local index slot */
     uint32_t sweep_next;
