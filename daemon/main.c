@@ -548,6 +548,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     if (d->clx) cluster_close(d->clx);
+    if (d->nvx) tierhost_order(d); /* the peer tier is gone */
     park_close(d); /* what no module answered: dropped, before the transports */
     metrics_http_close(d->http);
     d->http = NULL;
@@ -555,8 +556,10 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     d->local = NULL;
     server_close(d->srv);
     if (d->dram) lease_drop_all(d);
-    d->nvme = NULL; /* the NVMe tier goes */
-    if (d->nvx) nvs_close(d->nvx);
+    if (d->nvx) {
+        nvs_close(d->nvx);
+        tierhost_order(d); /* the NVMe tier is gone */
+    }
     adopt_close(d); /* the journal the next daemon adopts the pool by */
     ev_close(d);
     idx_destroy(&d->idx);

@@ -232,7 +232,8 @@ void tierhost_attach(struct kvtierd *d)
 
 void tierhost_order(struct kvtierd *d)
 {
-    struct tier *v[] = {&d->dram->tier, nvs_tier(d->nvx), cluster_tier(d->clx)};
+    struct tier *v[] = {d->dram ? &d->dram->tier : NULL, nvs_tier(d->nvx),
+                        cluster_tier(d->clx)};
     d->nvme = v[1];
     d->n_tiers = 0;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
