@@ -28,9 +28,11 @@
  */
 #include <string.h>
 
+#include "adopt.h"
 #include "events.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "store.h"
 #include "tier.h"
 
 #define EVICT_SLICE 256

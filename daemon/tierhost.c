@@ -14,14 +14,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "adopt.h"
 #include "events.h"
-#include "kvcache.h" /* req_alloc, req_fail */
+#include "handlers.h" /* req_alloc, req_fail, handle_get_answer */
 #include "kvtierd.h"
 #include "metrics.h"
 #include "ns.h"
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "peer/cluster.h"
+#include "store.h"
 
 static uint64_t h_clock_ms(void *core)
 {

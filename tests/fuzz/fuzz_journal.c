@@ -19,10 +19,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "adopt.h"
 #include "fuzz_target.h"
 #include "journal.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "store.h"
 
 #define POOL (1u << 20)
 
