@@ -198,6 +198,8 @@ void tierhost_conf(struct kvtierd *d)
     struct cl_conf *k = &d->clx->cfg;
     snprintf(k->cluster_listen, sizeof k->cluster_listen, "%s", c->cluster_listen);
     snprintf(k->cluster_seeds, sizeof k->cluster_seeds, "%s", c->cluster_seeds);
+    snprintf(k->cluster_membership, sizeof k->cluster_membership, "%s",
+             c->cluster_membership);
     k->cluster_node_id = c->cluster_node_id;
     k->cluster_heartbeat_ms = c->cluster_heartbeat_ms;
     k->cluster_failure_ms = c->cluster_failure_ms;

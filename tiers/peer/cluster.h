@@ -28,6 +28,7 @@ struct tier;
 struct cl_conf {
     char cluster_listen[CL_STR_MAX];
     char cluster_seeds[CL_STR_MAX];
+    char cluster_membership[CL_STR_MAX];
     uint64_t cluster_node_id, cluster_heartbeat_ms, cluster_failure_ms;
     uint64_t cluster_replicas, cluster_lookup_ms, cluster_ucx_wakeup;
     uint64_t lease_timeout_ms, max_chunk_bytes, max_keys, nvme_get_deadline_ms;
@@ -56,9 +57,16 @@ void cluster_tick(struct cl_ctx *d);
 /* The PEERS request. */
 void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp);
 /* The peer tier behind tier.h (get: pull over UCX what peers hold;
- * lookup: ask the owners of the keys missing here); NULL without a
- * cluster. */
+ * lookup: ask the owners of the keys missing here; committed / removed:
+ * tell the owners this node holds a chunk or no longer does); NULL
+ * without a cluster. */
 struct tier *cluster_tier(const struct cl_ctx *d);
+/* The global index's counters for /metrics; zeros without a cluster. */
+struct cluster_index_stats {
+    uint64_t moved;          /* entries sent because their owners changed */
+    uint64_t query_timeouts; /* owner queries unanswered by the deadline */
+};
+void cluster_index_stats(struct cl_ctx *d, struct cluster_index_stats *st);
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
 int cluster_peer_fd(const struct cl_ctx *d);
 void cluster_peer_poll(struct cl_ctx *d);
