@@ -241,6 +241,7 @@ static int open_tiers(struct kvtierd *d)
     d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     lease_init(&d->leases, handle_lease_release, d);
+    d->ns.idx = &d->idx;
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
     if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */

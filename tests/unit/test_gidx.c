@@ -46,6 +46,7 @@ static int setup(void **state)
     config_defaults(&D->cfg);
     D->cfg.cluster_failure_ms = 3000;
     D->start_ms = now_ms();
+    D->ns.idx = &D->idx;
     log_set_level(LOG_ERROR);
     if (idx_init(&D->idx, 1024) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
