@@ -425,6 +425,7 @@ static int setup_wired(uint32_t nm, uint32_t slots, uint32_t replicas, uint32_t 
     D->cfg.cluster_failure_ms = 3000;
     D->cfg.cluster_replicas = replicas;
     D->start_ms = now_ms();
+    D->ns.idx = &D->idx;
     log_set_level(LOG_ERROR);
     if (idx_init(&D->idx, slots + 16) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
