@@ -243,7 +243,7 @@ static kvt_err check_put(struct req *r, const char *ns, size_t n_keys,
                         (unsigned long long)d->cfg.max_chunk_bytes);
     }
     char why[128];
-    kvt_err ne = ns_admit(d, ns, r->pipe, why, sizeof why);
+    kvt_err ne = ns_admit(&d->ns, ns, r->pipe, d->cfg.ns_per_client, why, sizeof why);
     if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (!pipe_alive(d, r->pipe))
         return req_fail(r, KVT_ECLOSED, "client connection is gone");

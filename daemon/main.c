@@ -244,6 +244,7 @@ static int open_tiers(struct kvtierd *d)
     tierhost_attach(d);
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     lease_init(&d->leases, handle_lease_release, d);
+    d->ns.idx = &d->idx;
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
     if (nvs_open(d->nvx) != 0) return -1; /* loads the NVMe index */
     tierhost_order(d);

@@ -37,6 +37,7 @@ static void fuzz_init(void)
         abort();
     }
     fz->start_ms = now_ms();
+    fz->ns.idx = &fz->idx;
     lease_init(&fz->leases, handle_lease_release, fz);
     log_set_level(LOG_ERROR);
     if (wq_cq_open(&fz->cq) != 0 || kvc_open(fz) != 0) abort(); /* KV-cache state */
