@@ -44,6 +44,9 @@ int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
 int cluster_peer_fd(const struct kvtierd *d);
 void cluster_peer_poll(struct kvtierd *d);
+/* 1 if the cluster runs without TLS (cluster.insecure); *unproven gets
+ * the messages refused because their sender's id was not proven. */
+int cluster_security(const struct kvtierd *d, uint64_t *unproven);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
 void cluster_close(struct kvtierd *d);
 

@@ -17,6 +17,7 @@
 #define CL_ADDR_MAX 128
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
+#define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
 
 struct gx_batch; /* gidx.c: index updates waiting for one member */
 
@@ -35,6 +36,13 @@ struct member {
     struct peer_conn *conn;  /* UCX endpoint to it (pget.c), or NULL */
     int ucx_acked;           /* it has an endpoint to us */
     int ucx_warned;          /* said once that no endpoint could be made */
+    /* Identity over TLS (cluster.c, "Identity"): chal is our secret for
+     * it, sent only over a dial that requires its node name (named);
+     * proof is its secret for us, echoed in what we send it. proven: it
+     * has echoed chal since it entered the table. */
+    uint8_t chal[CL_TOK], proof[CL_TOK];
+    int named, have_proof, proven;
+    uint64_t last_unproven_ms; /* when an unproven Join from it was answered */
 };
 
 struct qmsg {
@@ -57,6 +65,9 @@ struct cluster {
     uint32_t self_id;
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
+    int tls;                /* 0: cluster.insecure (plain tcp, claims trusted) */
+    const char *scheme;     /* "tls+tcp://" or "tcp://" */
+    uint64_t unproven;      /* messages refused: the claimed id was not proven */
     struct gidx *gx;       /* gidx.c */
     struct peer_tier *pt;  /* UCX (tiers/peer/peer.c), or NULL */
     struct pgs *pg;        /* pget.c */
