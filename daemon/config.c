@@ -145,6 +145,12 @@ static const struct cfg_key keys[] = {
      "1: plain tcp:// without TLS or authentication (anyone who reaches the "
      "port can join, read the pool and poison the index); logged as a warning "
      "and shown by kvtierctl peers and the metrics"},
+    {"cluster", "index_max_per_peer", CFG_U64, F(cluster_index_max_per_peer), "1048576",
+     1, 1e9, "entries", 0, "global index entries this node keeps naming any one "
+     "member as a holder; further adds from it are refused and counted"},
+    {"cluster", "pins_max_per_peer", CFG_U64, F(cluster_pins_max_per_peer), "1024", 1,
+     1e6, "pins", 0, "PeerPin requests of one member held here at once (each "
+     "pins up to daemon.max_keys chunks); more are answered as not pinned"},
     {"cluster", "heartbeat_ms", CFG_U64, F(cluster_heartbeat_ms), "500", 50,
      60000, "ms", 0, "interval between heartbeats to each member"},
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",

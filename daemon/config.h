@@ -67,6 +67,8 @@ struct kvt_config {
     char cluster_tls_key[CFG_STR_MAX];
     char cluster_tls_ca[CFG_STR_MAX];
     uint64_t cluster_insecure;    /* 1: plain tcp, no authentication */
+    uint64_t cluster_index_max_per_peer; /* index entries naming one member */
+    uint64_t cluster_pins_max_per_peer;  /* pins one member holds here */
     uint64_t cluster_heartbeat_ms;
     uint64_t cluster_failure_ms;  /* silent this long: dead */
     uint64_t cluster_replicas;    /* owners of each global index entry */

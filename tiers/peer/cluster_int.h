@@ -43,6 +43,8 @@ struct member {
     uint8_t chal[CL_TOK], proof[CL_TOK];
     int named, have_proof, proven;
     uint64_t last_unproven_ms; /* when an unproven Join from it was answered */
+    uint64_t gx_holds;       /* gidx.c: entries naming it a holder */
+    uint64_t pins_held;      /* pget.c: its PeerPins held here */
 };
 
 struct qmsg {
@@ -103,12 +105,17 @@ void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
 void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
 void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
 uint64_t gx_ns_hash(const char *ns);
+/* What the owners recorded of a chunk: its committer's checksum and size. */
+struct gx_sum {
+    uint64_t csum, size;
+};
 /* Find a live holder other than this node for each of keys[0..n) (all in
- * one namespace): done(d, arg, holders, n) is called exactly once, with
- * holders[i] a member id or 0, within cluster.lookup_timeout_ms, maybe
- * before gx_resolve returns. keys must stay valid until then. */
+ * one namespace): done(d, arg, holders, sums, n) is called exactly once,
+ * with holders[i] a member id or 0 and sums[i] what the owner that named
+ * it recorded, within cluster.lookup_timeout_ms, maybe before gx_resolve
+ * returns. keys must stay valid until then. */
 typedef void (*gx_done_fn)(struct kvtierd *d, void *arg, const uint32_t *holders,
-                           uint32_t n);
+                           const struct gx_sum *sums, uint32_t n);
 void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
                 gx_done_fn done, void *arg);
 

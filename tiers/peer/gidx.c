@@ -37,6 +37,15 @@
  * elsewhere reported as TIER_PEER. If its client leaves first, park.c
  * drops it and its queries here (lookup_gone). A resolution for pget.c
  * has no client: its deadline is checked on the tick.
+ *
+ * Trust: an entry keeps the checksum and size of the chunk as its first
+ * holder -- the node that committed it -- published them; a later holder
+ * whose copy differs is not added (index_conflicts), and answers carry
+ * the entry's checksum and size, which a requester checks fetched bytes
+ * against (pget.c) instead of the holder's own word. Each member may be a
+ * holder in at most cluster.index_max_per_peer entries, and the table
+ * grows softly: an add that finds no memory is refused and counted,
+ * never an abort.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +68,8 @@
 struct gx_ent {
     kvt_key key;
     uint64_t nsh;
+    uint64_t csum;     /* the committer's XXH3-64 */
+    uint32_t size;     /* and size */
     uint32_t hold[GX_HOLDERS];
     uint32_t next; /* hash chain or free list */
     uint8_t n;     /* 0: free */
@@ -69,6 +80,7 @@ struct gx_batch {
     kvt_key keys[GX_BATCH];
     uint64_t nsh[GX_BATCH];
     protobuf_c_boolean drop[GX_BATCH];
+    uint64_t csum[GX_BATCH], size[GX_BATCH];
 };
 
 struct gpark;
@@ -87,6 +99,7 @@ struct gpark { /* one parked LOOKUP, or a resolution for pget.c */
     kvt_key *keys;
     Kvtier__Tier *tiers;
     uint32_t *holder;  /* a live holder found, or 0 */
+    struct gx_sum *sum; /* the committer's checksum and size of each */
     gx_done_fn done;   /* gx_resolve: called instead of a reply */
     void *arg;
     struct gpark *next;
@@ -103,7 +116,7 @@ struct gidx {
     uint32_t sweep_next;
     struct gq *qs;
     struct gpark *parks;
-    uint64_t next_qid, peer_hits, timeouts;
+    uint64_t next_qid, peer_hits, timeouts, conflicts;
 };
 
 static struct gidx *gx_of(struct kvtierd *d)
@@ -148,17 +161,27 @@ static void rehash(struct gidx *g, uint32_t nbuckets)
     }
 }
 
+/* Room for one more entry at g->used; 0 when memory is short (the add
+ * is refused: the index is a hint, never worth an abort). */
+static int ent_grow(struct gidx *g)
+{
+    if (g->used < g->cap) return 1;
+    uint32_t cap = g->cap ? g->cap * 2 : 1024;
+    if (cap <= g->cap) return 0;
+    struct gx_ent *e = realloc(g->e, (size_t)cap * sizeof *e);
+    if (!e) return 0;
+    g->e = e;
+    g->cap = cap;
+    return 1;
+}
+
 static uint32_t ent_new(struct gidx *g, const kvt_key *k, uint64_t nsh)
 {
     uint32_t i = g->free_head;
     if (i != GX_NONE) {
         g->free_head = g->e[i].next;
     } else {
-        if (g->used == g->cap) {
-            g->cap = g->cap ? g->cap * 2 : 1024;
-            g->e = realloc(g->e, g->cap * sizeof *g->e);
-            if (!g->e) abort();
-        }
+        if (!ent_grow(g)) return GX_NONE;
         i = g->used++;
     }
     struct gx_ent *e = &g->e[i];
@@ -172,6 +195,16 @@ static uint32_t ent_new(struct gidx *g, const kvt_key *k, uint64_t nsh)
     return i;
 }
 
+/* Member id holds delta more entries (cluster.index_max_per_peer). */
+static void holds_adj(struct kvtierd *d, uint32_t id, int delta)
+{
+    struct member *m = id == d->cl->self_id ? NULL : cl_find(d->cl, id);
+    if (m) m->gx_holds += delta;
+}
+
+/* Free entry i, whose holders (if any) are dropped from their counts. */
+static void ent_release(struct kvtierd *d, struct gidx *g, uint32_t i);
+
 static void ent_free(struct gidx *g, uint32_t i)
 {
     uint32_t *pp = &g->bucket[hash_of(g, &g->e[i].key, g->e[i].nsh)];
@@ -183,38 +216,75 @@ static void ent_free(struct gidx *g, uint32_t i)
     g->count--;
 }
 
-static void hold_del(struct gidx *g, uint32_t i, uint32_t id)
+static void ent_release(struct kvtierd *d, struct gidx *g, uint32_t i)
+{
+    for (uint8_t j = 0; j < g->e[i].n; j++) holds_adj(d, g->e[i].hold[j], -1);
+    ent_free(g, i);
+}
+
+static void hold_del(struct kvtierd *d, struct gidx *g, uint32_t i, uint32_t id)
 {
     struct gx_ent *e = &g->e[i];
     for (uint8_t j = 0; j < e->n; j++) {
         if (e->hold[j] != id) continue;
         e->hold[j] = e->hold[--e->n];
+        holds_adj(d, id, -1);
         break;
     }
     if (e->n == 0) ent_free(g, i);
 }
 
-/* Holder id holds (drop = 0) or no longer holds the chunk. */
+/* May member id be added as a holder? Not past its cap. */
+static int may_hold(struct kvtierd *d, uint32_t id)
+{
+    const struct member *m = id == d->cl->self_id ? NULL : cl_find(d->cl, id);
+    return !m || m->gx_holds < d->cfg.cluster_index_max_per_peer;
+}
+
+/* The entry for (k, nsh) with the committer's checksum and size (made
+ * for a first holder), or GX_NONE: no memory, or a copy that differs. */
+static uint32_t ent_for_add(struct gidx *g, const kvt_key *k, uint64_t nsh, uint64_t csum,
+                            uint64_t size)
+{
+    uint32_t i = ent_find(g, k, nsh);
+    if (i != GX_NONE)
+        return g->e[i].csum == csum && g->e[i].size == size ? i : GX_NONE;
+    if (size == 0 || size > UINT32_MAX || (i = ent_new(g, k, nsh)) == GX_NONE)
+        return GX_NONE;
+    g->e[i].csum = csum;
+    g->e[i].size = (uint32_t)size;
+    return i;
+}
+
+/* Holder id holds (drop = 0) or no longer holds the chunk whose bytes
+ * have checksum csum and size bytes. */
 static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t nsh,
-                     int drop)
+                     int drop, uint64_t csum, uint64_t size)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
     if (drop) {
-        if (i != GX_NONE) hold_del(g, i, id);
+        if (i != GX_NONE) hold_del(d, g, i, id);
         return;
     }
-    if (i == GX_NONE) i = ent_new(g, k, nsh);
+    if (i != GX_NONE)
+        for (uint8_t j = 0; j < g->e[i].n; j++)
+            if (g->e[i].hold[j] == id) return;
+    if (!may_hold(d, id) || (i = ent_for_add(g, k, nsh, csum, size)) == GX_NONE) {
+        g->conflicts++;
+        return;
+    }
     struct gx_ent *e = &g->e[i];
-    for (uint8_t j = 0; j < e->n; j++)
-        if (e->hold[j] == id) return;
     if (e->n < GX_HOLDERS) {
         e->hold[e->n++] = id;
+        holds_adj(d, id, 1);
         return;
     }
     for (uint8_t j = 0; j < e->n; j++) /* full: replace one not alive */
         if (e->hold[j] != d->cl->self_id && !cl_alive(cl_find(d->cl, e->hold[j]))) {
+            holds_adj(d, e->hold[j], -1);
             e->hold[j] = id;
+            holds_adj(d, id, 1);
             return;
         }
 }
@@ -293,10 +363,12 @@ static void flush_batch(struct kvtierd *d, struct member *m)
     ProtobufCBinaryData kv[GX_BATCH];
     for (uint32_t i = 0; i < b->n; i++) kv[i] = (ProtobufCBinaryData){KVT_KEY_LEN, b->keys[i].b};
     Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
-    ix.n_keys = ix.n_ns_hash = ix.n_drop = b->n;
+    ix.n_keys = ix.n_ns_hash = ix.n_drop = ix.n_checksum = ix.n_size = b->n;
     ix.keys = kv;
     ix.ns_hash = b->nsh;
     ix.drop = b->drop;
+    ix.checksum = b->csum;
+    ix.size = b->size;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
     pm.index = &ix;
@@ -304,24 +376,26 @@ static void flush_batch(struct kvtierd *d, struct member *m)
     b->n = 0;
 }
 
-static void queue_update(struct kvtierd *d, struct member *m, const kvt_key *k,
+static void queue_update(struct kvtierd *d, struct member *m, const struct idx_entry *e,
                          uint64_t nsh, int drop)
 {
     if (!m->batch && !(m->batch = calloc(1, sizeof *m->batch))) abort();
     struct gx_batch *b = m->batch;
-    b->keys[b->n] = *k;
+    b->keys[b->n] = e->key;
     b->nsh[b->n] = nsh;
     b->drop[b->n] = drop != 0;
+    b->csum[b->n] = e->csum;
+    b->size[b->n] = e->size;
     if (++b->n == GX_BATCH) flush_batch(d, m);
 }
 
-static void publish(struct kvtierd *d, const kvt_key *k, uint64_t nsh, int drop)
+static void publish(struct kvtierd *d, const struct idx_entry *e, uint64_t nsh, int drop)
 {
     struct cluster *c = d->cl;
-    uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
+    uint32_t o[GX_MAX_REPLICAS], n = owners(d, &e->key, nsh, o);
     for (uint32_t i = 0; i < n; i++) {
-        if (o[i] == c->self_id) gx_apply(d, c->self_id, k, nsh, drop);
-        else queue_update(d, cl_find(c, o[i]), k, nsh, drop);
+        if (o[i] == c->self_id) gx_apply(d, c->self_id, &e->key, nsh, drop, e->csum, e->size);
+        else queue_update(d, cl_find(c, o[i]), e, nsh, drop);
     }
 }
 
@@ -329,7 +403,7 @@ void cluster_held(struct kvtierd *d, uint32_t slot, int held)
 {
     if (!gx_of(d)) return;
     const struct idx_entry *e = idx_at(&d->idx, slot);
-    publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), !held);
+    publish(d, e, gx_ns_hash(d->ns.v[e->ns].name), !held);
 }
 
 void gx_membership(struct kvtierd *d)
@@ -357,8 +431,7 @@ static void republish_slice(struct kvtierd *d)
     uint32_t end = g->repub_next + GX_REPUB_SLICE;
     for (; g->repub_next < d->idx.used && g->repub_next < end; g->repub_next++) {
         const struct idx_entry *e = idx_at(&d->idx, g->repub_next);
-        if (e->state == IDX_READY)
-            publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), 0);
+        if (e->state == IDX_READY) publish(d, e, gx_ns_hash(d->ns.v[e->ns].name), 0);
     }
     if (g->repub_next >= d->idx.used) g->repub = 0;
 }
@@ -375,12 +448,12 @@ static void sweep_slice(struct kvtierd *d)
         struct gx_ent *e = &g->e[i];
         if (!e->n) continue;
         if (drop_unowned && !owns(d, &e->key, e->nsh)) {
-            ent_free(g, i);
+            ent_release(d, g, i);
             continue;
         }
         for (int j = e->n - 1; j >= 0 && e->n; j--)
             if (e->hold[j] != c->self_id && !cl_alive(cl_find(c, e->hold[j])))
-                hold_del(g, i, e->hold[j]);
+                hold_del(d, g, i, e->hold[j]);
     }
 }
 
@@ -409,13 +482,16 @@ const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__Pe
     struct gq *q;
     switch (pm->body_case) {
     case KVTIER__PEER_MSG__BODY_INDEX:
-        return keys_ok(ix->n_keys, ix->keys, ix->n_ns_hash) && ix->n_drop == ix->n_keys
+        return keys_ok(ix->n_keys, ix->keys, ix->n_ns_hash) && ix->n_drop == ix->n_keys &&
+                       ix->n_checksum == ix->n_keys && ix->n_size == ix->n_keys
                    ? NULL : "malformed index update";
     case KVTIER__PEER_MSG__BODY_WHO_HAS:
         return keys_ok(w->n_keys, w->keys, w->n_ns_hash) ? NULL : "malformed who-has query";
     case KVTIER__PEER_MSG__BODY_HOLDERS:
         if (!(q = find_query(gx_of(d), h->query_id))) return "answer to no query";
-        return q->owner == m->id && h->n_holders == q->n ? NULL : "malformed holders answer";
+        return q->owner == m->id && h->n_holders == q->n && h->n_checksum == q->n &&
+                       h->n_size == q->n
+                   ? NULL : "malformed holders answer";
     default:
         return NULL;
     }
@@ -425,11 +501,14 @@ void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     for (size_t i = 0; i < ix->n_keys; i++)
-        gx_apply(d, m->id, (const kvt_key *)ix->keys[i].data, ix->ns_hash[i], ix->drop[i]);
+        gx_apply(d, m->id, (const kvt_key *)ix->keys[i].data, ix->ns_hash[i], ix->drop[i],
+                 ix->checksum[i], ix->size[i]);
 }
 
-/* A live holder of entry i other than `not`, or 0. */
-static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t not)
+/* A live holder of (k, nsh) other than `not`, or 0; *sum gets the
+ * committer's checksum and size. */
+static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t not,
+                            struct gx_sum *sum)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
@@ -437,7 +516,11 @@ static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, u
     for (uint8_t j = 0; j < g->e[i].n; j++) {
         uint32_t h = g->e[i].hold[j];
         if (h == not) continue;
-        if (h == d->cl->self_id || cl_alive(cl_find(d->cl, h))) return h;
+        if (h == d->cl->self_id || cl_alive(cl_find(d->cl, h))) {
+            sum->csum = g->e[i].csum;
+            sum->size = g->e[i].size;
+            return h;
+        }
     }
     return 0;
 }
@@ -446,18 +529,26 @@ void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
 {
     const Kvtier__PeerWhoHas *w = pm->who_has;
     uint32_t *h = calloc(w->n_keys + 1, sizeof *h);
-    if (!h) abort();
-    for (size_t i = 0; i < w->n_keys; i++)
-        h[i] = live_holder(d, (const kvt_key *)w->keys[i].data, w->ns_hash[i], m->id);
+    uint64_t *v = calloc(2 * w->n_keys + 1, sizeof *v);
+    if (!h || !v) abort();
+    for (size_t i = 0; i < w->n_keys; i++) {
+        struct gx_sum s = {0, 0};
+        h[i] = live_holder(d, (const kvt_key *)w->keys[i].data, w->ns_hash[i], m->id, &s);
+        v[i] = s.csum;
+        v[w->n_keys + i] = s.size;
+    }
     Kvtier__PeerHolders ph = KVTIER__PEER_HOLDERS__INIT;
     ph.query_id = w->query_id;
-    ph.n_holders = w->n_keys;
+    ph.n_holders = ph.n_checksum = ph.n_size = w->n_keys;
     ph.holders = h;
+    ph.checksum = v;
+    ph.size = v + w->n_keys;
     Kvtier__PeerMsg out = KVTIER__PEER_MSG__INIT;
     out.body_case = KVTIER__PEER_MSG__BODY_HOLDERS;
     out.holders = &ph;
     cl_send(d, m, &out);
     free(h);
+    free(v);
 }
 
 /* ------------------------------------------------------- parked lookups */
@@ -474,6 +565,7 @@ static void park_free(struct gpark *p)
     free(p->keys);
     free(p->tiers);
     free(p->holder);
+    free(p->sum);
     free(p);
 }
 
@@ -491,7 +583,7 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
 {
     park_unlink(gx_of(d), p);
     if (p->done) {
-        p->done(d, p->arg, p->holder, p->n);
+        p->done(d, p->arg, p->holder, p->sum, p->n);
         park_free(p);
         return;
     }
@@ -531,6 +623,7 @@ void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *p
             p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
             p->tiers[q->idx[i]] = KVTIER__TIER__TIER_PEER;
             p->holder[q->idx[i]] = id;
+            p->sum[q->idx[i]] = (struct gx_sum){h->checksum[i], h->size[i]};
             g->peer_hits += !p->done;
         }
     }
@@ -586,7 +679,8 @@ static struct gpark *park_new(const Kvtier__Lookup *q, const Kvtier__LookupResp 
     p->keys = calloc(p->n, sizeof *p->keys);
     p->tiers = calloc(p->n, sizeof *p->tiers);
     p->holder = calloc(p->n + 1, sizeof *p->holder);
-    if (!p->keys || !p->tiers || !p->holder) abort();
+    p->sum = calloc(p->n + 1, sizeof *p->sum);
+    if (!p->keys || !p->tiers || !p->holder || !p->sum) abort();
     for (uint32_t i = 0; i < p->n; i++) {
         memcpy(p->keys[i].b, q->keys[i].data, KVT_KEY_LEN);
         p->tiers[i] = lr->tiers[i];
@@ -615,7 +709,8 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
         for (uint32_t j = 0; j < n && p->tiers[i] == KVTIER__TIER__TIER_NONE; j++) {
             if (o[j] != c->self_id) {
                 ask(g, p, o[j], i);
-            } else if ((p->holder[i] = live_holder(d, &p->keys[i], nsh, c->self_id))) {
+            } else if ((p->holder[i] =
+                            live_holder(d, &p->keys[i], nsh, c->self_id, &p->sum[i]))) {
                 p->tiers[i] = KVTIER__TIER__TIER_PEER;
                 g->peer_hits += !p->done;
             }
@@ -672,7 +767,8 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
     p->keys = calloc(n + 1, sizeof *p->keys);
     p->tiers = calloc(n + 1, sizeof *p->tiers);
     p->holder = calloc(n + 1, sizeof *p->holder);
-    if (!p->keys || !p->tiers || !p->holder) abort();
+    p->sum = calloc(n + 1, sizeof *p->sum);
+    if (!p->keys || !p->tiers || !p->holder || !p->sum) abort();
     memcpy(p->keys, keys, n * sizeof *keys);
     p->done = done;
     p->arg = arg;
@@ -756,4 +852,5 @@ void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
     pr->index_entries = g->count;
     pr->peer_hits = g->peer_hits;
     pr->lookup_timeouts = g->timeouts;
+    pr->index_conflicts = g->conflicts;
 }
