@@ -500,7 +500,11 @@ static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg 
         if (was_alive) on_join_from_alive(d, m);
         else send_heartbeat(d, m);
         break;
-    case KVTIER__PEER_MSG__BODY_HEARTBEAT: on_heartbeat(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_HEARTBEAT:
+        on_heartbeat(d, m, pm);
+        /* Just proven: our UCX identity goes back now, not a tick later */
+        if (!was_alive && d->cl->tls) send_heartbeat(d, m);
+        break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_HOLDERS: gx_on_holders(d, m, pm); break;
