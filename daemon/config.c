@@ -128,8 +128,8 @@ static const struct cfg_key keys[] = {
      "id", 0, "this node's id, unique among the members (1 or more when "
      "cluster.listen is set)"},
     {"cluster", "listen", CFG_STR, F(cluster_listen), "", 0, 0, "url", 0,
-     "tcp://host:port of the daemon-to-daemon control channel; empty: no "
-     "cluster (a single node)"},
+     "tls+tcp://host:port of the daemon-to-daemon control channel (tcp:// "
+     "only with cluster.insecure = 1); empty: no cluster (a single node)"},
     {"cluster", "seeds", CFG_STR, F(cluster_seeds), "", 0, 0, "urls", 0,
      "comma-separated control urls of members to join through; empty: wait "
      "for others to join this node"},

@@ -57,3 +57,4 @@ for n in $(seq 1 "$max"); do
     sign foreign-ca "foreign-$n" "$n" 20200101000000Z 20991231000000Z
     sign ca "expired-$n" "$n" 20200101000000Z 20200201000000Z
 done
+rm -rf db-ca db-foreign-ca
