@@ -90,6 +90,7 @@ static void start_node(int i, const char *wakeup)
                     "--metrics.listen", "", "--cluster.node_id", id,
                     "--cluster.listen", nd[i].curl, "--cluster.seeds",
                     i ? nd[0].curl : "", "--cluster.replicas", "1",
+                    "--nvme.get_deadline_ms", "60000", /* bandwidth, not deadlines */
                     "--cluster.heartbeat_ms", "200", "--cluster.ucx_wakeup",
                     (char *)wakeup, "--cluster.tls_ca", ca, "--cluster.tls_cert", crt,
                     "--cluster.tls_key", key, insecure ? "--cluster.insecure" : NULL,
