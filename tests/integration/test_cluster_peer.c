@@ -58,10 +58,11 @@ static Kvtier__PeersResp *peers(int i, Kvtier__Response **r)
     return (*r)->peers;
 }
 
-/* Every node sees the others alive with UCX endpoints both ways. */
+/* Every node sees the others alive with UCX endpoints both ways (30 s of
+ * slack: TLS handshakes and UCX start-up on a loaded machine). */
 static int wait_ready(void)
 {
-    for (int t = 0; t < 300; t++, usleep(50000)) {
+    for (int t = 0; t < 600; t++, usleep(50000)) {
         int ok = 1;
         for (int i = 0; i < N && ok; i++) {
             Kvtier__Response *r;

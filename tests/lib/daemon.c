@@ -362,7 +362,7 @@ static int view_ok(struct tcluster *c, int i, int alive, int ucx)
 
 int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx)
 {
-    for (int t = 0; t < 300; t++, usleep(50000))
+    for (int t = 0; t < 600; t++, usleep(50000))
         if (view_ok(c, i, alive, ucx)) return 0;
     fprintf(stderr, "node %d: %d live members not seen\n", i + 1, alive);
     return -1;

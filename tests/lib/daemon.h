@@ -80,7 +80,7 @@ int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra);
 int tc_stop(struct tcluster *c, int i);
 /* Stop every node, remove their files: 0, or -1 if one was unclean. */
 int tc_teardown(struct tcluster *c);
-/* Wait (up to 15 s) until node i sees `alive` members alive and, with
+/* Wait (up to 30 s) until node i sees `alive` members alive and, with
  * ucx set, has the peer tier and endpoints to them. 0, or -1. */
 int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx);
 
