@@ -169,6 +169,19 @@ static const struct cfg_key keys[] = {
      "the worker is polled while peer fetches or pins are outstanding, and a "
      "dead peer's fetches end at the GET deadline or when the member is marked "
      "dead. UCX picks the transport (UCX_TLS)"},
+    {"cluster", "membership", CFG_STR, F(cluster_membership), "swim", 0, 0, "name", 0,
+     "how members find each other: swim (embedded, no service needed) or etcd "
+     "(members register under cluster.etcd_prefix with a lease and watch it; "
+     "etcd's revision is the epoch)"},
+    {"cluster", "etcd_endpoints", CFG_STR, F(cluster_etcd_endpoints), "", 0, 0, "urls",
+     0, "comma-separated http://host:port of etcd's client urls (v3 JSON gateway), "
+     "for cluster.membership = etcd"},
+    {"cluster", "etcd_prefix", CFG_STR, F(cluster_etcd_prefix), "/kvtier/members/", 0,
+     0, "key", 0, "etcd key prefix under which each member registers as "
+     "<prefix><node_id> (at most 255 bytes)"},
+    {"cluster", "etcd_lease_s", CFG_U64, F(cluster_etcd_lease_s), "10", 2, 3600, "s", 0,
+     "lease of a member's etcd key, kept alive every third of it: a member that "
+     "stops is seen dead this long after"},
     {"events", "endpoint", CFG_STR, F(events_endpoint), "", 0, 0, "url", 0,
      "ZMQ endpoint of the KV-events PUB socket (vLLM's KV-events format, for "
      "routers such as llm-d or Dynamo); tcp://*:PORT or ipc://PATH binds, "
@@ -484,6 +497,18 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         return -1;
     }
     if (check_cluster(c, err, errlen) != 0) return -1;
+    if (strcmp(c->cluster_membership, "swim") && strcmp(c->cluster_membership, "etcd")) {
+        snprintf(err, errlen, "cluster.membership '%s': want swim or etcd",
+                 c->cluster_membership);
+        return -1;
+    }
+    if (!strcmp(c->cluster_membership, "etcd") &&
+        (!c->cluster_etcd_endpoints[0] || !c->cluster_etcd_prefix[0] ||
+         strlen(c->cluster_etcd_prefix) > 255)) {
+        snprintf(err, errlen, "cluster.membership = etcd wants cluster.etcd_endpoints and "
+                 "a cluster.etcd_prefix of 1 to 255 bytes");
+        return -1;
+    }
     if (c->cluster_failure_ms <= c->cluster_heartbeat_ms) {
         snprintf(err, errlen, "cluster.failure_timeout_ms (%llu) must exceed "
                  "cluster.heartbeat_ms (%llu)", (unsigned long long)c->cluster_failure_ms,

@@ -74,6 +74,10 @@ struct kvt_config {
     uint64_t cluster_replicas;    /* owners of each global index entry */
     uint64_t cluster_lookup_ms;   /* LOOKUP waits this long for owners */
     uint64_t cluster_ucx_wakeup;  /* 1: UCX event fd; 0: poll (shared memory) */
+    char cluster_membership[CFG_STR_MAX];     /* "swim" or "etcd" */
+    char cluster_etcd_endpoints[CFG_STR_MAX]; /* comma list of http://host:port */
+    char cluster_etcd_prefix[CFG_STR_MAX];    /* member keys' prefix */
+    uint64_t cluster_etcd_lease_s; /* registration lease */
     /* [events] (events.c); off while endpoint is empty */
     char events_endpoint[CFG_STR_MAX];        /* ZMQ PUB url */
     char events_replay_endpoint[CFG_STR_MAX]; /* ZMQ ROUTER url; "" = none */

@@ -13,6 +13,7 @@ pkgs=(
   redis-server libhiredis-dev fio
   systemd prometheus python3-yaml groff-base
   openssl
+  etcd-server libcurl4-openssl-dev
 )
 
 missing=()
