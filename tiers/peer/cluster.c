@@ -322,6 +322,7 @@ static void set_state(struct kvtierd *d, struct member *m, int st, const char *w
              (unsigned long long)(c->epoch + 1));
     int was_alive = m->state == KVTIER__PEER_STATE__PEER_ALIVE;
     m->state = st;
+    if (st == KVTIER__PEER_STATE__PEER_ALIVE) m->alive_ms = kvtierd_clock(d);
     c->epoch++;
     if (was_alive || st == KVTIER__PEER_STATE__PEER_ALIVE)
         gx_membership(d, m->id, st == KVTIER__PEER_STATE__PEER_ALIVE);
@@ -490,7 +491,11 @@ static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg
 static void on_join_from_alive(struct kvtierd *d, struct member *m)
 {
     send_heartbeat(d, m);
-    gx_republish(d, m->id);
+    /* Over TLS a joiner proves itself before it hears us prove ourselves,
+     * so its next Join may cross our answer: what it was just sent as a
+     * new member needs no resend. */
+    if (kvtierd_clock(d) - m->alive_ms >= 2 * d->cfg.cluster_heartbeat_ms)
+        gx_republish(d, m->id);
 }
 
 static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,

@@ -40,6 +40,7 @@ struct member {
     uint8_t chal[CL_TOK], proof[CL_TOK];
     int named, have_proof, proven;
     uint64_t last_unproven_ms; /* when an unproven Join from it was answered */
+    uint64_t alive_ms;       /* when it was last marked alive */
     uint64_t gx_holds;       /* gidx.c: entries naming it a holder */
     uint64_t pins_held;      /* pget.c: its PeerPins held here */
 };
