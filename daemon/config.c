@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "tlsconf.h"
 #include "xxhash.h"
 
 enum cfg_type {
@@ -162,11 +163,29 @@ static const struct cfg_key keys[] = {
      "id", 0, "this node's id, unique among the members (1 or more when "
      "cluster.listen is set)"},
     {"cluster", "listen", CFG_STR, F(cluster_listen), "", 0, 0, "url", 0,
-     "tcp://host:port of the daemon-to-daemon control channel; empty: no "
-     "cluster (a single node)"},
+     "tls+tcp://host:port of the daemon-to-daemon control channel (tcp:// "
+     "only with cluster.insecure = 1); empty: no cluster (a single node)"},
     {"cluster", "seeds", CFG_STR, F(cluster_seeds), "", 0, 0, "urls", 0,
      "comma-separated control urls of members to join through; empty: wait "
      "for others to join this node"},
+    {"cluster", "tls_cert", CFG_STR, F(cluster_tls_cert), "", 0, 0, "path", 0,
+     "PEM certificate this node presents on the control channel; its subject "
+     "CN or a DNS subjectAltName must be kvtier-node-<node_id>"},
+    {"cluster", "tls_key", CFG_STR, F(cluster_tls_key), "", 0, 0, "path", 0,
+     "PEM private key (unencrypted) of cluster.tls_cert"},
+    {"cluster", "tls_ca", CFG_STR, F(cluster_tls_ca), "", 0, 0, "path", 0,
+     "PEM CA certificate(s) every member's certificate must chain to; a node "
+     "without one cannot connect, join, gossip, publish or pin"},
+    {"cluster", "insecure", CFG_U64, F(cluster_insecure), "0", 0, 1, "bool", 0,
+     "1: plain tcp:// without TLS or authentication (anyone who reaches the "
+     "port can join, read the pool and poison the index); logged as a warning "
+     "and shown by kvtierctl peers and the metrics"},
+    {"cluster", "index_max_per_peer", CFG_U64, F(cluster_index_max_per_peer), "1048576",
+     1, 1e9, "entries", 0, "global index entries this node keeps naming any one "
+     "member as a holder; further adds from it are refused and counted"},
+    {"cluster", "pins_max_per_peer", CFG_U64, F(cluster_pins_max_per_peer), "1024", 1,
+     1e6, "pins", 0, "PeerPin requests of one member held here at once (each "
+     "pins up to daemon.max_keys chunks); more are answered as not pinned"},
     {"cluster", "heartbeat_ms", CFG_U64, F(cluster_heartbeat_ms), "500", 50,
      60000, "ms", 0, "interval between heartbeats to each member"},
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
@@ -554,6 +573,33 @@ static int check_events(const struct kvt_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* [cluster]: TLS with the three files, or plain tcp only when asked for. */
+static int check_cluster(const struct kvt_config *c, char *err, size_t errlen)
+{
+    const char *l = c->cluster_listen;
+    const char *want = c->cluster_insecure ? "tcp://" : "tls+tcp://";
+    char why[256];
+    if (!l[0]) return 0;
+    if (strncmp(l, want, strlen(want)) != 0 || c->cluster_node_id == 0) {
+        snprintf(err, errlen, "cluster.listen '%s' wants %shost:port%s and a "
+                 "cluster.node_id of 1 or more", l, want,
+                 c->cluster_insecure ? " (cluster.insecure = 1)" : "");
+        return -1;
+    }
+    if (c->cluster_insecure) return 0;
+    struct tlsconf_files f = {c->cluster_tls_ca, c->cluster_tls_cert, c->cluster_tls_key};
+    if (!f.ca[0] || !f.cert[0] || !f.key[0]) {
+        snprintf(err, errlen, "cluster.listen '%s' needs cluster.tls_cert, cluster.tls_key "
+                 "and cluster.tls_ca (or cluster.insecure = 1 with tcp://)", l);
+        return -1;
+    }
+    if (!tlsconf_check(&f, why, sizeof why)) {
+        snprintf(err, errlen, "cluster TLS: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* The remote client listeners: TLS with client certificates, or plain tcp
  * only when asked for by name and never beside tenants. */
 static int check_tcp(const struct kvt_config *c, char *err, size_t errlen)
@@ -599,12 +645,7 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
                  c->nvme_high_watermark);
         return -1;
     }
-    if (c->cluster_listen[0] && (strncmp(c->cluster_listen, "tcp://", 6) != 0 ||
-                                 c->cluster_node_id == 0)) {
-        snprintf(err, errlen, "cluster.listen '%s' wants tcp://host:port and a "
-                 "cluster.node_id of 1 or more", c->cluster_listen);
-        return -1;
-    }
+    if (check_cluster(c, err, errlen) != 0) return -1;
     if (strcmp(c->cluster_membership, "swim") && strcmp(c->cluster_membership, "etcd")) {
         snprintf(err, errlen, "cluster.membership '%s': want swim or etcd",
                  c->cluster_membership);
