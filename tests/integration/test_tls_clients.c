@@ -91,9 +91,9 @@ static int setup(void **state)
              in_dir(cab, sizeof cab, "ca-b.pem"));
     const char *extra[] = {
         "--tcp", url_op,
-        "--tls-cert", in_dir(cert, sizeof cert, "server.pem"),
-        "--tls-key", in_dir(key, sizeof key, "server.key"),
-        "--tls-ca", in_dir(ca, sizeof ca, "ca-op.pem"),
+        "--daemon.tls_cert", in_dir(cert, sizeof cert, "server.pem"),
+        "--daemon.tls_key", in_dir(key, sizeof key, "server.key"),
+        "--daemon.tls_ca", in_dir(ca, sizeof ca, "ca-op.pem"),
         "--tenants.tenant", ta, "--tenants.tenant", tb, NULL};
     if (td_init(&D) != 0) return -1;
     return td_start(&D, extra);
@@ -269,12 +269,12 @@ static void test_insecure_and_bad_files(void **state)
     assert_int_equal(td_stop(&P), 0);
     td_cleanup(&P);
 
-    const char *missing[] = {"--tcp", url_op, "--tls-cert",
-                             in_dir(cert, sizeof cert, "server.pem"), "--tls-key",
-                             "/nonexistent/key.pem", "--tls-ca", cert, NULL};
+    const char *missing[] = {"--tcp", url_op, "--daemon.tls_cert",
+                             in_dir(cert, sizeof cert, "server.pem"), "--daemon.tls_key",
+                             "/nonexistent/key.pem", "--daemon.tls_ca", cert, NULL};
     snprintf(ta, sizeof ta, "name=a prefixes=a/ tls=%s ca=%s", url_a, cert);
     const char *no_cert[] = {"--tenants.tenant", ta, NULL};
-    const char *no_ca[] = {"--tcp", url_op, "--tls-cert", cert, "--tls-key", cert, NULL};
+    const char *no_ca[] = {"--tcp", url_op, "--daemon.tls_cert", cert, "--daemon.tls_key", cert, NULL};
     const char *const *bad[] = {missing, no_cert, no_ca};
     const char *says[] = {"/nonexistent/key.pem", "needs daemon.tls_cert",
                           "daemon.tcp needs daemon.tls_ca"};
