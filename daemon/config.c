@@ -286,6 +286,24 @@ static const struct cfg_key *find_key(const char *section, const char *name)
     return hit;
 }
 
+/* 1 if name, given without a section, is a key of more than one section;
+ * err then names them. */
+static int ambiguous(const char *name, char *err, size_t errlen)
+{
+    int n = 0, at;
+    at = snprintf(err, errlen, "key '%s' is in more than one section (", name);
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (!norm_eq(keys[i].name, name)) continue;
+        if (at >= 0 && (size_t)at < errlen)
+            at += snprintf(err + at, errlen - (size_t)at, "%s%s.%s", n ? ", " : "",
+                           keys[i].section, keys[i].name);
+        n++;
+    }
+    if (n > 1 && at >= 0 && (size_t)at < errlen)
+        snprintf(err + at, errlen - (size_t)at, "): name its section");
+    return n > 1;
+}
+
 static int range_err(const struct cfg_key *k, const char *v, char *err,
                      size_t errlen)
 {
@@ -497,6 +515,7 @@ int config_set(struct kvt_config *c, const char *key, const char *value,
         name = dot + 1;
     }
     const struct cfg_key *k = find_key(dot ? section : NULL, name);
+    if (!k && !dot && ambiguous(name, err, errlen)) return -1;
     if (!k) {
         snprintf(err, errlen, "unknown key '%s'", key);
         return -1;
