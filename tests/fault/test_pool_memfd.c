@@ -12,7 +12,8 @@
  * handed that fd back (fd 3, LISTEN_FDS/LISTEN_FDNAMES/LISTEN_PID) adopts
  * the chunks, byte for byte. A memfd of the wrong size, or one not
  * sealed, is refused with a log line, dropped from the store, and the
- * daemon starts on a fresh pool.
+ * daemon starts on a fresh pool; a kept pool a run does not adopt (a file
+ * pool, dram.adopt = 0) is dropped from the store too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -393,6 +394,44 @@ static void test_fdstore_refused(void **state)
     close(p[1]);
 }
 
+/* A kept pool this run does not adopt (a file pool; dram.adopt = 0) is
+ * taken out of the store, where it would hold its memory for nothing. */
+static void dropped_fd(const char *const *args, const char *why)
+{
+    struct tdaemon D;
+    char npath[400];
+    int kept = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(kept >= 0);
+    assert_int_equal(ftruncate(kept, 64 << 20), 0);
+    assert_int_equal(fcntl(kept, F_ADD_SEALS, SEALS), 0);
+    assert_int_equal(td_init(&D), 0);
+    int ns = notify_socket(&D, npath, sizeof npath);
+    setenv("NOTIFY_SOCKET", npath, 1);
+    int rv = td_start_fd(&D, args, kept, "kvtier-pool");
+    unsetenv("NOTIFY_SOCKET");
+    assert_int_equal(rv, 0);
+    assert_int_equal(await_notify(ns, "FDSTOREREMOVE=1\nFDNAME=kvtier-pool", NULL), 0);
+    if (!td_log_has(&D, why)) fail_msg("log lacks \"%s\"", why);
+    kvt_client *c = td_connect(&D);
+    assert_true(kvt_zero_copy(c));
+    put_keys(c, 700, 2);
+    check_keys(c, 700, 2);
+    kvt_close(c);
+    assert_int_equal(td_stop(&D), 0);
+    close(kept);
+    close(ns);
+    td_cleanup(&D);
+}
+
+static void test_fdstore_dropped(void **state)
+{
+    (void)state;
+    const char *file[] = {"--dram.pool", "file", NULL};
+    const char *no_adopt[] = {"--dram.pool", "memfd", "--dram.adopt", "0", NULL};
+    dropped_fd(file, "this run uses a pool file");
+    dropped_fd(no_adopt, "this run does not adopt");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--stranger")) return stranger(argv[2]);
@@ -402,6 +441,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memfd_stranger),
         cmocka_unit_test(test_fdstore_adopt),
         cmocka_unit_test(test_fdstore_refused),
+        cmocka_unit_test(test_fdstore_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
