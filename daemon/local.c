@@ -225,6 +225,7 @@ static void serve_frame(struct local_srv *s, struct lconn *c, const uint8_t *bod
         queue_rsp(c, &rsp);
     }
     if (s->cur_fd >= 0) close(s->cur_fd); /* a parked reply carries none */
+    s->cur_fd = -1;
     s->o.free_rsp(&rsp, scratch);
 }
 
