@@ -209,6 +209,7 @@ int adopt_open(struct kvtierd *d)
         log_error("dram", "%s", err);
         return -1;
     }
+    d->ns.journal = d->journal; /* renamed ids are named afresh */
     struct replay R = {d, NULL, 0, 0, 0};
     long long recs = d->dram->adopted ? journal_replay(d->journal, on_add, on_del, &R) : 0;
     if (recs < 0) log_warn("dram", "cannot read %s: nothing adopted", path);
@@ -228,6 +229,7 @@ void adopt_close(struct kvtierd *d)
 {
     if (!d->journal) return;
     snapshot(d);
+    d->ns.journal = NULL;
     journal_close(d->journal);
     d->journal = NULL;
 }

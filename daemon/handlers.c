@@ -259,7 +259,7 @@ static kvt_err check_put(struct req *r, const char *ns, size_t n_keys,
                         (unsigned long long)d->cfg.max_chunk_bytes);
     }
     char why[128];
-    kvt_err ne = ns_admit(d, ns, r->pipe, why, sizeof why);
+    kvt_err ne = ns_admit(&d->ns, ns, r->pipe, d->cfg.ns_per_client, why, sizeof why);
     if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (!pipe_alive(d, r->pipe))
         return req_fail(r, KVT_ECLOSED, "client connection is gone");
@@ -599,6 +599,32 @@ static void fill_ns_stats(struct req *r, Kvtier__StatsResp *s)
     }
 }
 
+/* One row per local tier: DRAM here, NVMe from its tier. */
+static void fill_tier_stats(struct req *r, Kvtier__StatsResp *s)
+{
+    struct kvtierd *d = r->d;
+    struct tier_usage u;
+    s->adopted_chunks = d->adopted;
+    s->adopt_dropped = d->adopt_dropped;
+    size_t n = d->nvme ? 2 : 1;
+    s->tiers = arena_alloc(r->a, n * sizeof *s->tiers);
+    s->n_tiers = n;
+    d->dram->tier.ops->usage(&d->dram->tier, &u);
+    Kvtier__TierStats *ts = arena_alloc(r->a, sizeof *ts);
+    kvtier__tier_stats__init(ts);
+    ts->tier = (Kvtier__Tier)KVT_TIER_DRAM;
+    ts->capacity = u.capacity;
+    ts->used = u.used;
+    ts->fragmentation = u.fragmentation;
+    ts->high_watermark = (uint64_t)((double)u.capacity * d->cfg.high_watermark);
+    ts->low_watermark = (uint64_t)((double)u.capacity * d->cfg.low_watermark);
+    ts->chunks = d->idx.n_in[0];
+    ts->chunk_bytes = d->idx.bytes_in[0];
+    ts->evictions = d->st.evictions;
+    s->tiers[0] = ts;
+    if (d->nvme) nvs_fill_stats(r, d->nvx, s);
+}
+
 static void do_stats(struct req *r)
 {
     struct kvtierd *d = r->d;
@@ -630,7 +656,7 @@ static void do_stats(struct req *r)
     fill_ns_stats(r, s);
     s->namespaces = s->n_ns; /* those this client may see (tenant.c) */
     kvc_fill_stats(d, s);
-    nvs_fill_stats(r, d, s);
+    fill_tier_stats(r, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
     r->rsp->stats = s;
 }
@@ -703,10 +729,10 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_KV_WAIT:
         kvc_do_wait(r, r->d, r->pipe, q->kv_wait, r->rsp); break;
     case KVTIER__REQUEST__BODY_FLUSH:
-        nvs_do_flush(r, r->d, r->pipe, q->flush, r->rsp); break;
+        nvs_do_flush(r, r->d->nvx, r->pipe, q->flush, r->rsp); break;
     case KVTIER__REQUEST__BODY_VERIFY:
-        nvs_do_verify(r, r->d, r->pipe, q->verify, r->rsp); break;
-    case KVTIER__REQUEST__BODY_PEERS: cluster_do_peers(r, r->d, r->rsp); break;
+        nvs_do_verify(r, r->d->nvx, r->pipe, q->verify, r->rsp); break;
+    case KVTIER__REQUEST__BODY_PEERS: cluster_do_peers(r, r->d->clx, r->rsp); break;
     default: req_fail(r, KVT_EINVAL, "unknown request kind"); break;
     }
 }

@@ -257,7 +257,8 @@ static kvt_err reg_check(struct req *r, struct kvtierd *d, uint32_t pipe,
         return req_fail(r, KVT_EINVAL, "chunk_tokens %u is not a positive "
                         "multiple of block_size %u", q->chunk_tokens, l->block_size);
     char why[128];
-    kvt_err ne = ns_admit(d, q->ns, pipe, why, sizeof why);
+    kvt_err ne = ns_admit(&d->ns, q->ns, pipe, d->cfg.ns_per_client, why,
+                          sizeof why);
     if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
     if (regs_of(d->kvc, pipe) >= KVC_MAX_REGS)
         return req_fail(r, KVT_ETOOBIG, "this connection already has %d "

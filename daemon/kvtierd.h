@@ -20,6 +20,7 @@
 #include "lease.h"
 #include "metrics.h"
 #include "ns.h"
+#include "tier_host.h"
 
 struct counters {
     uint64_t hits, misses, puts, evictions, bytes_in, bytes_out;
@@ -29,9 +30,9 @@ struct counters {
 struct server;
 struct kvc;
 struct metrics_http;
-struct nvs;
+struct nvs_ctx;
 struct journal;
-struct cluster;
+struct cl_ctx;
 struct ev;
 struct park_table;
 struct tenants;
@@ -53,9 +54,15 @@ struct kvtierd {
     uint64_t evict_target; /* >0: bytes still to free in slices */
     char gpu[160];
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
-    struct nvs *nvs;       /* the NVMe tier and its policy, or NULL (nvstore.c) */
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
-    struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
+    /* the tiers (tier.h), built from one host of the core's services
+     * (tierhost.c) */
+    struct tier_host host;
+    struct nvs_ctx *nvx;   /* the NVMe tier's context (nvme/nvstore.h) */
+    struct cl_ctx *clx;    /* the peer tier's context (peer/cluster.h) */
+    struct tier *nvme;     /* the NVMe tier, or NULL without one */
+    struct tier *tiers[3]; /* GET / LOOKUP order: dram, nvme, peer */
+    uint32_t n_tiers;
     struct ev *ev;         /* KV-events publisher, or NULL when off (events.c) */
     struct park_table *park; /* requests answered later (park.c) */
     struct tenants *tenants; /* who each connection is (tenant.c) */

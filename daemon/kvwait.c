@@ -110,13 +110,15 @@ static void answer(struct kvc *k, struct kvc_waiter **link)
 }
 
 /* park.c: the client left, or the daemon stops; nothing is sent. */
-static void wait_gone(struct kvtierd *d, void *owner)
+static void wait_gone(void *ctx, void *owner)
 {
+    struct kvtierd *d = ctx;
     waiter_free(d->kvc, link_of(d->kvc, owner));
 }
 
-static void wait_due(struct kvtierd *d, void *owner)
+static void wait_due(void *ctx, void *owner)
 {
+    struct kvtierd *d = ctx;
     answer(d->kvc, link_of(d->kvc, owner));
 }
 
@@ -175,7 +177,7 @@ static int park(struct kvc *k, uint32_t pipe, const Kvtier__KvWait *q,
 {
     struct kvc_waiter *w = calloc(1, sizeof *w);
     if (!w) abort(); /* control-plane allocation */
-    if (!(w->park = park_defer(k->d, pipe, req_id, &wait_ops, w))) {
+    if (!(w->park = park_defer(k->d, pipe, req_id, &wait_ops, k->d, w))) {
         free(w);
         return -1;
     }

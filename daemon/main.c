@@ -54,6 +54,7 @@
 #include "server.h"
 #include "store.h"
 #include "tenant.h"
+#include "tierhost.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -230,15 +231,18 @@ static void on_pipe(void *arg, uint32_t pipe, int added)
 static int open_tiers(struct kvtierd *d)
 {
     if (pool_open(d) != 0) return -1;
-    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->cfg)) != 0) {
+    if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->nvx->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;
     }
-    d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
+    d->idx.nv_active = nvs_index_slots(&d->nvx->cfg) > 0; /* before any insert */
+    tierhost_attach(d);
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     lease_init(&d->leases, handle_lease_release, d);
+    d->ns.idx = &d->idx;
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
-    if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
+    if (nvs_open(d->nvx) != 0) return -1; /* loads the NVMe index */
+    tierhost_order(d);
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
@@ -295,7 +299,7 @@ static int open_server(struct kvtierd *d)
 /* Parked requests answer through the transports: after they open. */
 static int open_park(struct kvtierd *d)
 {
-    struct park_env env = {d->srv, d->local, (uint32_t)d->cfg.contexts / 2, d};
+    struct park_env env = {d->srv, d->local, (uint32_t)d->cfg.contexts / 2};
     return park_open(&env, &d->park);
 }
 
@@ -322,13 +326,15 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
+    tierhost_init(d); /* the tiers' contexts */
     if (wq_cq_open(&d->cq) != 0 || open_tiers(d) != 0 ||
         ev_open(&d->cfg, &d->idx, &d->ns, &d->ev) != 0)
         return -1;
     notify("STATUS=starting listeners");
     if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
-        open_metrics(d) != 0 || cluster_open(d) != 0)
+        open_metrics(d) != 0 || cluster_open(d->clx) != 0)
         return -1;
+    tierhost_order(d);
     tenant_attach(d->tenants, d->srv, d->local); /* before the loop serves */
     return 0;
 }
@@ -411,9 +417,9 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     uint64_t now = kvtierd_clock(d);
     d->st.expired_leases += lease_expire(&d->leases, now);
     store_watermark(d);
-    nvs_tick(d);
+    nvs_tick(d->nvx);
     adopt_tick(d);
-    cluster_tick(d);
+    cluster_tick(d->clx);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
         lp->wd_last = now;
@@ -452,6 +458,7 @@ static void reload(struct kvtierd *d)
     } else {
         int n = config_diff(&d->cfg, &nc, log_change, &restart);
         config_apply_reloadable(&d->cfg, &nc);
+        tierhost_conf(d);
         log_set_level(log_level_parse(d->cfg.log_level));
         d->met.reloads_ok++;
         log_info("config", "reloaded %s: %d change(s) applied, %d need a restart",
@@ -482,9 +489,9 @@ static int loop_open(struct kvtierd *d, struct loop *lp)
     lp->sv = server_fd(d->srv);
     lp->lfd = d->local ? local_fd(d->local) : -1;
     lp->mfd = d->http ? metrics_http_fd(d->http) : -1;
-    lp->nfd = nvs_fd(d);
-    lp->cfd = cluster_fd(d);
-    lp->pfd = cluster_peer_fd(d);
+    lp->nfd = nvs_fd(d->nvx);
+    lp->cfd = cluster_fd(d->clx);
+    lp->pfd = cluster_peer_fd(d->clx);
     lp->wfd = wq_cq_fd(d->cq);
     lp->ep = epoll_create1(EPOLL_CLOEXEC);
     if (make_fds(&lp->tfd, &lp->sfd) != 0 || lp->ep < 0) {
@@ -520,9 +527,9 @@ static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
     else if (fd == lp->sfd) on_signal(d, lp);
     else if (fd == lp->lfd) local_poll(d->local);
     else if (fd == lp->mfd) metrics_http_poll(d->http, d);
-    else if (fd == lp->nfd) nvs_poll(d);
-    else if (fd == lp->cfd) cluster_poll(d);
-    else if (fd == lp->pfd) cluster_peer_poll(d);
+    else if (fd == lp->nfd) nvs_poll(d->nvx);
+    else if (fd == lp->cfd) cluster_poll(d->clx);
+    else if (fd == lp->pfd) cluster_peer_poll(d->clx);
     else if (fd == lp->wfd) wq_cq_poll(d->cq);
 }
 
@@ -558,9 +565,10 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
-    nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
+    if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
-    cluster_close(d);
+    if (d->clx) cluster_close(d->clx);
+    if (d->nvx) tierhost_order(d); /* the peer tier is gone */
     park_close(d->park); /* what no module answered: dropped, before the transports */
     d->park = NULL;
     metrics_http_close(d->http);
@@ -572,7 +580,10 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     tenant_close(d->tenants);
     d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);
-    nvs_close(d);
+    if (d->nvx) {
+        nvs_close(d->nvx);
+        tierhost_order(d); /* the NVMe tier is gone */
+    }
     adopt_close(d); /* the journal the next daemon adopts the pool by */
     ev_close(d->ev);
     d->ev = NULL;
@@ -581,6 +592,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     dram_close(d->dram, !d->cfg.dram_adopt);
     free(d->pipes);
     wq_cq_close(d->cq); /* every queue is closed by now */
+    tierhost_close(d);
     if (lock_fd >= 0) close(lock_fd);
 }
 

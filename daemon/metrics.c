@@ -210,8 +210,8 @@ static int tier_rows(struct kvtierd *d, struct tier_row *rows)
                                   d->cfg.high_watermark, d->cfg.low_watermark};
     if (d->kvc && d->kvc->hbm)
         rows[n++] = (struct tier_row){"tier=\"hbm\"", &d->kvc->hbm->tier, -1, -1};
-    if (d->nvs)
-        rows[n++] = (struct tier_row){"tier=\"nvme\"", nvs_tier(d),
+    if (d->nvme)
+        rows[n++] = (struct tier_row){"tier=\"nvme\"", d->nvme,
                                       d->cfg.nvme_high_watermark,
                                       d->cfg.nvme_low_watermark};
     return n;
@@ -257,9 +257,9 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
            "Chunks that left a tier for the one below it.");
     if (d->kvc && d->kvc->hbm)
         sample(b, "kvtier_demotions_total", "from=\"hbm\",to=\"dram\"", st->hbm_demoted);
-    if (d->nvs)
+    if (d->nvme)
         sample(b, "kvtier_demotions_total", "from=\"dram\",to=\"nvme\"",
-               nvs_stats(d)->demotions);
+               nvs_stats(d->nvx)->demotions);
     family(b, "kvtier_gpu_chunks_total", "counter",
            "Chunks moved between engine GPU tensors and the cache, by op.");
     sample(b, "kvtier_gpu_chunks_total", "op=\"save\"", st->saved);
@@ -275,26 +275,26 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
 static void render_nvme(struct sbuf *b, struct kvtierd *d)
 {
     static const struct nvs_stats zero;
-    const struct nvs_stats *st = d->nvs ? nvs_stats(d) : &zero;
+    const struct nvs_stats *st = d->nvme ? nvs_stats(d->nvx) : &zero;
     family(b, "kvtier_promotions_total", "counter",
            "Chunks read back from a lower tier and verified.");
-    if (d->nvs) sample(b, "kvtier_promotions_total", "from=\"nvme\",to=\"dram\"", st->promotions);
+    if (d->nvme) sample(b, "kvtier_promotions_total", "from=\"nvme\",to=\"dram\"", st->promotions);
     family(b, "kvtier_nvme_errors_total", "counter",
            "NVMe tier failures by kind: checksum (record dropped, a miss), read "
            "(a miss), write and no_space (the chunk stays in DRAM), lost_dirty "
            "(a DRAM chunk dropped before it could be written), index (index "
            "batches not written).");
-    if (d->nvs) {
+    if (d->nvme) {
         sample(b, "kvtier_nvme_errors_total", "kind=\"checksum\"", st->csum_failures);
         sample(b, "kvtier_nvme_errors_total", "kind=\"read\"", st->read_errors);
         sample(b, "kvtier_nvme_errors_total", "kind=\"write\"", st->write_errors);
         sample(b, "kvtier_nvme_errors_total", "kind=\"no_space\"", st->enospc);
         sample(b, "kvtier_nvme_errors_total", "kind=\"lost_dirty\"", st->lost_dirty);
-        sample(b, "kvtier_nvme_errors_total", "kind=\"index\"", nvs_index_errors(d));
+        sample(b, "kvtier_nvme_errors_total", "kind=\"index\"", nvs_index_errors(d->nvx));
     }
     family(b, "kvtier_nvme_get_waits_total", "counter",
            "GETs that waited for chunks read back from NVMe, by outcome.");
-    if (d->nvs) {
+    if (d->nvme) {
         sample(b, "kvtier_nvme_get_waits_total", "outcome=\"done\"",
                st->get_waits - st->get_timeouts);
         sample(b, "kvtier_nvme_get_waits_total", "outcome=\"deadline\"", st->get_timeouts);
@@ -311,7 +311,7 @@ static void render_tiers(struct sbuf *b, struct kvtierd *d)
     tier_gauges(b, d);
     family(b, "kvtier_tier_chunks", "gauge", "Committed chunks with a copy in each tier.");
     sample(b, "kvtier_tier_chunks", t, d->idx.n_in[0]);
-    if (d->nvs) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx.n_in[1]);
+    if (d->nvme) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx.n_in[1]);
     one(b, "kvtier_tier_bytes_in_total", "counter",
         "Bytes of chunks committed into each tier.", t, d->st.bytes_in);
     one(b, "kvtier_tier_bytes_out_total", "counter",
@@ -320,7 +320,7 @@ static void render_tiers(struct sbuf *b, struct kvtierd *d)
     family(b, "kvtier_evictions_total", "counter",
            "Chunks dropped from each tier to make room.");
     sample(b, "kvtier_evictions_total", t, d->st.evictions);
-    if (d->nvs) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", nvs_stats(d)->evictions);
+    if (d->nvme) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", nvs_stats(d->nvx)->evictions);
     render_gpu(b, d);
     render_nvme(b, d);
     one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",
@@ -399,7 +399,7 @@ static void render_leases(struct sbuf *b, struct kvtierd *d)
 static void render_index(struct sbuf *b, struct kvtierd *d)
 {
     struct cluster_index_stats ix;
-    cluster_index_stats(d, &ix);
+    cluster_index_stats(d->clx, &ix);
     family(b, "kvtier_index_entries_moved_total", "counter",
            "Global index entries sent to new owners after membership changes.");
     sample(b, "kvtier_index_entries_moved_total", "", ix.moved);

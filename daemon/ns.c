@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index.h"
 #include "journal.h"
 #include "kvtierd.h"
 
@@ -54,55 +55,57 @@ void ns_free(struct ns_table *t)
 {
     for (uint32_t i = 0; i < t->n; i++) free(t->v[i].name);
     free(t->v);
-    memset(t, 0, sizeof *t);
+    t->v = NULL;
+    t->n = t->cap = 0;
 }
 
-int ns_held(const struct kvtierd *d, uint16_t id)
+int ns_held(const struct ns_table *t, uint16_t id)
 {
-    return d->ns.v[id].holds > 0 || idx_ns_slots(&d->idx, id) > 0;
+    return t->v[id].holds > 0 || idx_ns_slots(t->idx, id) > 0;
 }
 
 void ns_hold(struct kvtierd *d, uint16_t id)
 {
-    if (id != NS_NONE && id < d->ns.n) d->ns.v[id].holds++;
+    struct ns_table *t = &d->ns;
+    if (id != NS_NONE && id < t->n) t->v[id].holds++;
 }
 
 void ns_unhold(struct kvtierd *d, uint16_t id)
 {
-    if (id == NS_NONE || id >= d->ns.n) return;
-    if (d->ns.v[id].holds == 0) abort(); /* broken invariant */
-    d->ns.v[id].holds--;
+    struct ns_table *t = &d->ns;
+    if (id == NS_NONE || id >= t->n) return;
+    if (t->v[id].holds == 0) abort(); /* broken invariant */
+    t->v[id].holds--;
 }
 
-uint32_t ns_owned(const struct kvtierd *d, uint32_t pipe)
+uint32_t ns_owned(const struct ns_table *t, uint32_t pipe)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < d->ns.n; i++)
-        if (d->ns.v[i].owner == pipe && ns_held(d, (uint16_t)i)) n++;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->v[i].owner == pipe && ns_held(t, (uint16_t)i)) n++;
     return n;
 }
 
 /* An id nobody holds, or NS_NONE. */
-static uint16_t unheld(const struct kvtierd *d)
+static uint16_t unheld(const struct ns_table *t)
 {
-    for (uint32_t i = 0; i < d->ns.n; i++)
-        if (!ns_held(d, (uint16_t)i)) return (uint16_t)i;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (!ns_held(t, (uint16_t)i)) return (uint16_t)i;
     return NS_NONE;
 }
 
-kvt_err ns_admit(struct kvtierd *d, const char *name, uint32_t pipe,
-                 char *why, size_t why_len)
+kvt_err ns_admit(const struct ns_table *t, const char *name, uint32_t pipe,
+                 uint64_t quota, char *why, size_t why_len)
 {
-    uint16_t id = ns_find(&d->ns, name);
-    if (id != NS_NONE && ns_held(d, id)) return KVT_OK;
-    uint64_t quota = d->cfg.ns_per_client;
-    if (pipe != 0 && quota != 0 && ns_owned(d, pipe) >= quota) {
+    uint16_t id = ns_find(t, name);
+    if (id != NS_NONE && ns_held(t, id)) return KVT_OK;
+    if (pipe != 0 && quota != 0 && ns_owned(t, pipe) >= quota) {
         snprintf(why, why_len, "namespace quota reached: this connection "
                  "holds %llu namespaces (daemon.ns_per_client)",
                  (unsigned long long)quota);
         return KVT_ETOOBIG;
     }
-    if (id == NS_NONE && d->ns.n >= NS_LIMIT && unheld(d) == NS_NONE) {
+    if (id == NS_NONE && t->n >= NS_LIMIT && unheld(t) == NS_NONE) {
         snprintf(why, why_len, "too many namespaces (%d)", NS_LIMIT);
         return KVT_ENOSPC;
     }
@@ -111,29 +114,30 @@ kvt_err ns_admit(struct kvtierd *d, const char *name, uint32_t pipe,
 
 /* Give unheld id a new name: counters start again, the journal names it
  * afresh before its next record. */
-static void rename_id(struct kvtierd *d, uint16_t id, const char *name)
+static void rename_id(struct ns_table *t, uint16_t id, const char *name)
 {
-    struct ns_info *ni = &d->ns.v[id];
+    struct ns_info *ni = &t->v[id];
     char *copy = strdup(name);
     if (!copy) abort();
     free(ni->name);
     memset(ni, 0, sizeof *ni);
     ni->name = copy;
-    if (d->journal) journal_forget_ns(d->journal, id);
+    if (t->journal) journal_forget_ns(t->journal, id);
 }
 
 uint16_t ns_claim(struct kvtierd *d, const char *name, uint32_t pipe)
 {
-    uint16_t id = ns_find(&d->ns, name);
-    if (id == NS_NONE && d->ns.n >= NS_LIMIT) {
-        id = unheld(d);
+    struct ns_table *t = &d->ns;
+    uint16_t id = ns_find(t, name);
+    if (id == NS_NONE && t->n >= NS_LIMIT) {
+        id = unheld(t);
         if (id == NS_NONE) return NS_NONE;
-        rename_id(d, id, name);
+        rename_id(t, id, name);
     } else if (id == NS_NONE) {
-        id = ns_intern(&d->ns, name);
-    } else if (ns_held(d, id)) {
+        id = ns_intern(t, name);
+    } else if (ns_held(t, id)) {
         return id; /* its creator keeps it */
     }
-    d->ns.v[id].owner = pipe;
+    t->v[id].owner = pipe;
     return id;
 }

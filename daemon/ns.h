@@ -31,12 +31,19 @@ struct ns_info {
     uint64_t hit_chunks[HIT_OPS], miss_chunks[HIT_OPS], hit_bytes[HIT_OPS];
 };
 
+struct idx;
+struct journal;
+struct kvtierd;
+
+/* The table and the two handles it reads: the index, whose slots hold
+ * ids (idx_ns_slots), and the DRAM journal, told when an id is renamed
+ * (NULL: none). Set before the first ns_admit / ns_claim. */
 struct ns_table {
     struct ns_info *v;
     uint32_t n, cap;
+    const struct idx *idx;
+    struct journal *journal;
 };
-
-struct kvtierd;
 
 /* The id of name, or NS_NONE; and the id of name created if need be
  * (NS_NONE: the table is full). The table alone, no holds. */
@@ -46,18 +53,22 @@ void ns_free(struct ns_table *t);
 
 /* May connection pipe (0: the daemon itself) use namespace name, creating
  * it if it is new or unheld? KVT_OK, or an error with its text in why:
- * KVT_ETOOBIG past daemon.ns_per_client, KVT_ENOSPC with the table full
- * of held namespaces. Changes nothing. */
-kvt_err ns_admit(struct kvtierd *d, const char *name, uint32_t pipe,
-                 char *why, size_t why_len);
+ * KVT_ETOOBIG past quota (daemon.ns_per_client; 0: none), KVT_ENOSPC with
+ * the table full of held namespaces. Changes nothing. */
+kvt_err ns_admit(const struct ns_table *t, const char *name, uint32_t pipe,
+                 uint64_t quota, char *why, size_t why_len);
+int ns_held(const struct ns_table *t, uint16_t id);
+/* Held namespaces that connection pipe created. */
+uint32_t ns_owned(const struct ns_table *t, uint32_t pipe);
+
+/* The peer tier calls these three with the daemon; only its table
+ * (d->ns) is used. */
+
 /* The id of name, created (or an unheld id renamed) for pipe; NS_NONE when
  * ns_admit would refuse the table. The caller must hold it before it
  * returns to the loop (an index slot or ns_hold). No quota check. */
 uint16_t ns_claim(struct kvtierd *d, const char *name, uint32_t pipe);
 void ns_hold(struct kvtierd *d, uint16_t id);
 void ns_unhold(struct kvtierd *d, uint16_t id);
-int ns_held(const struct kvtierd *d, uint16_t id);
-/* Held namespaces that connection pipe created. */
-uint32_t ns_owned(const struct kvtierd *d, uint32_t pipe);
 
 #endif

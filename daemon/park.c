@@ -42,7 +42,7 @@ struct park {
     uint64_t req_id, deadline;
     void *later; /* server_later or local_later, by pipe */
     const struct park_ops *ops;
-    void *owner;
+    void *ctx, *owner;
     struct park *prev, *next;
 };
 
@@ -79,7 +79,7 @@ static void unlink_park(struct park_table *t, struct park *p)
 static void drop(struct park_table *t, struct park *p, int conn_open)
 {
     unlink_park(t, p);
-    p->ops->gone(t->env.d, p->owner);
+    p->ops->gone(p->ctx, p->owner);
     if (!is_local(p->pipe)) /* the context serves again */
         server_reply_later(t->env.srv, p->later, NULL);
     else if (conn_open)
@@ -103,7 +103,7 @@ static void *defer_transport(struct park_table *t, uint32_t pipe)
 }
 
 struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                        const struct park_ops *ops, void *owner)
+                        const struct park_ops *ops, void *ctx, void *owner)
 {
     struct park_table *t = d->park;
     if (!t) return NULL;
@@ -111,7 +111,7 @@ struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     if (!later) return NULL;
     struct park *p = calloc(1, sizeof *p);
     if (!p) abort(); /* control-plane allocation */
-    *p = (struct park){pipe, req_id, 0, later, ops, owner, NULL, t->head};
+    *p = (struct park){pipe, req_id, 0, later, ops, ctx, owner, NULL, t->head};
     if (p->next) p->next->prev = p;
     t->head = p;
     t->n++;
@@ -185,7 +185,7 @@ void park_run_due(struct park_table *t, uint64_t now)
             continue;
         }
         p->deadline = 0;
-        p->ops->due(t->env.d, p->owner);
+        p->ops->due(p->ctx, p->owner);
         p = t->head; /* the list may have changed */
     }
 }

@@ -5,7 +5,7 @@
  * this file from then on; the module that parked it keeps the pointer and
  * may use it until exactly one of these happens, after which it is freed:
  *   - the module answers it (park_answer);
- *   - its connection closes: ops->gone(d, owner) runs, and the module must
+ *   - its connection closes: ops->gone(ctx, owner) runs, and the module must
  *     forget the pointer there (not answer it);
  *   - the daemon stops: park_close calls ops->gone for what is left.
  * ops->due runs when the deadline set with park_set_deadline passes; it
@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kvtier.pb-c.h"
+#include "tier_host.h" /* struct park_ops: tiers park through their host */
 
 struct kvtierd;
 struct local_srv;
@@ -24,22 +25,14 @@ struct park;
 struct park_table;
 struct server;
 
-struct park_ops {
-    /* The client went away (or the daemon stops): let go of what the
-     * request holds. The park is freed when this returns. */
-    void (*gone)(struct kvtierd *d, void *owner);
-    /* The deadline passed: answer (park_answer) or set a new deadline. */
-    void (*due)(struct kvtierd *d, void *owner);
-};
-
 /* What the table needs, handed over once: the transports it answers
- * through (they outlive the table), how many nng contexts parked requests
- * may hold, and the daemon, passed on to ops (never read here). */
+ * through (they outlive the table) and how many nng contexts parked
+ * requests may hold. Each park's callbacks get the ctx it was parked
+ * with (struct park_ops, tier_host.h). */
 struct park_env {
     struct server *srv;
     struct local_srv *local; /* NULL: no fast channel */
     uint32_t nng_cap;
-    struct kvtierd *d;
 };
 
 /* Start the table of parked requests. 0, or -1. */
@@ -56,7 +49,7 @@ void park_close(struct park_table *t);
  * parked requests may hold -- half of them, for every module together --
  * are all held): answer it now. */
 struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                        const struct park_ops *ops, void *owner);
+                        const struct park_ops *ops, void *ctx, void *owner);
 /* ms on kvtierd_clock; 0: none. */
 void park_set_deadline(struct kvtierd *d, struct park *p, uint64_t deadline);
 /* Send rsp (the caller's; NULL sends nothing) and free p. */

@@ -9,7 +9,7 @@
  * never evicted. Watermark eviction runs in bounded slices from the core
  * loop so one big commit cannot stall every other client (STYLE §8).
  *
- * With an NVMe tier (nvstore.h) leaving DRAM means going down a tier: a
+ * With an NVMe tier (d->nvme, tier.h) leaving DRAM means going down a tier: a
  * victim that also lives on NVMe just loses its DRAM copy; the watermark
  * slices start writes of the others (their DRAM copies go once written,
  * and the slice counts those bytes as on their way out). A reservation
@@ -17,21 +17,23 @@
  * first and drops a dirty chunk only when there is none.
  *
  * GET and LOOKUP walk the tiers here, in one order (store_get_walk,
- * store_lookup_walk): the DRAM index first, then the NVMe tier (a GET of
- * chunks only on NVMe is parked until they are read back; LOOKUP's
- * prefetch starts the reads), then peers for what this node lacks. A tier
- * that parks the request answers it later through park.c and
- * handle_get_answer; the handlers only build the reply of what is here.
+ * store_lookup_walk): the index pass finds what this node holds in any
+ * tier, then each tier of d->tiers (dram, nvme, peer) is asked through
+ * its get / lookup op: the NVMe tier parks a GET of chunks only on NVMe
+ * until they are read back, the peer tier pulls or asks for what this
+ * node lacks. LOOKUP's prefetch starts reads through the holding tier's
+ * read op. A tier that parks the request answers it later through its
+ * host (tier_host.h: park, get_answer); the handlers only build the reply
+ * of what is here.
  */
 #include <string.h>
 
-#include "peer/cluster.h"
 #include "adopt.h"
 #include "events.h"
 #include "kvtierd.h"
 #include "log.h"
-#include "nvme/nvstore.h"
 #include "store.h"
+#include "tier.h"
 
 #define EVICT_SLICE 256
 #define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */
@@ -117,8 +119,15 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     d->st.bytes_in += e->size;
     adopt_added(d, slot);
     ev_stored(d, slot, IDX_DRAM);
-    if (d->nvs) nvs_committed(d, slot);
-    cluster_held(d, slot, 1);
+    for (uint32_t i = 0; i < d->n_tiers; i++)
+        if (d->tiers[i]->ops->committed) d->tiers[i]->ops->committed(d->tiers[i], slot);
+}
+
+/* A committed chunk is no longer visible: tell the tiers that track it. */
+static void tiers_removed(struct kvtierd *d, uint32_t slot)
+{
+    for (uint32_t i = 0; i < d->n_tiers; i++)
+        if (d->tiers[i]->ops->removed) d->tiers[i]->ops->removed(d->tiers[i], slot);
 }
 
 void store_free(struct kvtierd *d, uint32_t slot)
@@ -130,14 +139,14 @@ void store_free(struct kvtierd *d, uint32_t slot)
         ni->chunks--;
         ni->bytes -= e->size;
         if (e->tier & IDX_DRAM) adopt_removed(d, slot);
-        cluster_held(d, slot, 0);
+        tiers_removed(d, slot);
     }
     if (e->blk != IDX_NONE) {
         struct tier_loc loc = loc_of(e);
         dram_tier(d)->ops->free(dram_tier(d), &loc);
         e->blk = IDX_NONE;
     }
-    if (d->nvs) nvs_release(d, slot);
+    if (d->nvme) d->nvme->ops->release(d->nvme, slot);
     idx_remove(&d->idx, slot);
 }
 
@@ -165,7 +174,7 @@ void store_delete(struct kvtierd *d, uint32_t slot)
     ni->chunks--;
     ni->bytes -= e->size;
     if (e->tier & IDX_DRAM) adopt_removed(d, slot);
-    cluster_held(d, slot, 0);
+    tiers_removed(d, slot);
     idx_doom(&d->idx, slot);
 }
 
@@ -179,7 +188,7 @@ static uint64_t free_bytes(const struct kvtierd *d)
 static uint32_t sync_victim(const struct kvtierd *d)
 {
     uint32_t v = idx_victim(&d->idx);
-    if (!d->nvs) return v;
+    if (!d->nvme) return v;
     for (uint32_t i = v, k = 0; i != IDX_NONE && k < CLEAN_SCAN; k++) {
         const struct idx_entry *e = idx_at(&d->idx, i);
         if (e->tier & IDX_NVME) return i;
@@ -196,7 +205,7 @@ static void evict_now(struct kvtierd *d, uint32_t v)
         store_drop_dram(d, v);
         return;
     }
-    nvs_count_lost_dirty(d);
+    if (d->nvme) d->nvme->ops->lost(d->nvme, v);
     store_free(d, v);
 }
 
@@ -217,12 +226,12 @@ uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
 static int evict_slice(struct kvtierd *d, uint64_t want_free)
 {
     for (uint32_t n = 0; n < EVICT_SLICE; n++) {
-        uint64_t coming = d->nvs ? nvs_demoting_bytes(d) : 0;
+        uint64_t coming = d->nvme ? d->nvme->ops->demoting(d->nvme) : 0;
         if (free_bytes(d) + coming >= want_free) return 0;
         uint32_t v = idx_victim(&d->idx);
         if (v == IDX_NONE) return 0;
-        if (!d->nvs || (idx_at(&d->idx, v)->tier & IDX_NVME)) evict_now(d, v);
-        else if (!nvs_demote(d, v)) return 0;
+        if (!d->nvme || (idx_at(&d->idx, v)->tier & IDX_NVME)) evict_now(d, v);
+        else if (d->nvme->ops->write(d->nvme, v, NULL, NULL) != KVT_OK) return 0;
     }
     return 1;
 }
@@ -258,13 +267,17 @@ int store_get_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     uint32_t now = kvtierd_secs(d);
     while (k < q->n_keys && (slots[k] = store_find(d, ns, &q->keys[k])) != IDX_NONE)
         idx_touch(&d->idx, slots[k++], now);
-    *n = k;
-    /* Chunks only on NVMe: read back first; the answer comes later. */
-    if (k && d->nvs && nvs_get(d, pipe, req_id, ns, q->inline_,
-                               (uint32_t)q->n_keys, slots, n))
-        return 1;
-    /* Keys held by peers: pulled over UCX first; the answer comes later. */
-    return cluster_get(d, pipe, req_id, q, slots, *n);
+    /* The tiers in order: the NVMe tier reads back chunks only on NVMe,
+     * peers are asked for keys this node lacks; a tier may park the
+     * request, the answer then comes later. */
+    struct tier_walk w = {.pipe = pipe, .req_id = req_id, .ns = ns, .get = q,
+                          .slots = slots, .n = k};
+    for (uint32_t i = 0; i < d->n_tiers; i++) {
+        struct tier *t = d->tiers[i];
+        if (t->ops->get && t->ops->get(t, &w) == TIER_PARKED) return 1;
+    }
+    *n = w.n;
+    return 0;
 }
 
 static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
@@ -277,6 +290,13 @@ static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
         d->ns.v[ns].hits += present;
         d->ns.v[ns].misses += n_keys - present;
     }
+}
+
+/* The tier that holds a chunk's top copy below DRAM (the read op of
+ * which brings it up), or NULL. */
+static struct tier *holder(const struct kvtierd *d, const struct idx_entry *e)
+{
+    return (e->tier & IDX_NVME) ? d->nvme : NULL;
 }
 
 int store_lookup_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
@@ -292,12 +312,22 @@ int store_lookup_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
             prefix = 0;
             continue;
         }
-        lr->tiers[i] = (Kvtier__Tier)idx_top_tier(idx_at(&d->idx, s));
+        const struct idx_entry *e = idx_at(&d->idx, s);
+        lr->tiers[i] = (Kvtier__Tier)idx_top_tier(e);
         idx_touch(&d->idx, s, now);
-        if (prefix && q->prefetch && d->nvs) nvs_prefetch(d, &s, 1);
-        if (prefix) lr->n_present++;
-        if (prefix) hit_bytes += idx_at(&d->idx, s)->size;
+        if (!prefix) continue;
+        struct tier *t = q->prefetch && !(e->tier & IDX_DRAM) ? holder(d, e) : NULL;
+        if (t) t->ops->read(t, s, NULL, NULL); /* prefetch: no wait */
+        lr->n_present++;
+        hit_bytes += e->size;
     }
     lookup_count(d, ns, q->n_keys, lr->n_present, hit_bytes);
-    return cluster_lookup(d, pipe, req_id, q, lr);
+    /* The tiers in order, for what the index did not find here. */
+    struct tier_walk w = {.pipe = pipe, .req_id = req_id, .ns = ns, .lookup = q,
+                          .lr = lr};
+    for (uint32_t i = 0; i < d->n_tiers; i++) {
+        struct tier *t = d->tiers[i];
+        if (t->ops->lookup && t->ops->lookup(t, &w) == TIER_PARKED) return 1;
+    }
+    return 0;
 }

@@ -118,8 +118,8 @@ static const struct tier_ops dram_ops = {
     .alloc = dram_alloc,
     .alloc_at = dram_alloc_at,
     .free = dram_free,
-    .write = dram_write,
-    .read = dram_read,
+    .write_at = dram_write,
+    .read_at = dram_read,
     .usage = dram_usage,
     .destroy = dram_destroy,
 };

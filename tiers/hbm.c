@@ -92,8 +92,8 @@ static const struct tier_ops hbm_ops = {
     .alloc = hbm_alloc,
     .alloc_at = hbm_alloc_at,
     .free = hbm_free,
-    .write = hbm_write,
-    .read = hbm_read,
+    .write_at = hbm_write,
+    .read_at = hbm_read,
     .usage = hbm_usage,
     .destroy = hbm_destroy,
 };

@@ -44,6 +44,7 @@ static int setup(void **state)
         idx_init(&D->idx, D->dram->bytes / DRAM_UNIT) != 0)
         return -1;
     D->start_ms = now_ms();
+    D->ns.idx = &D->idx;
     log_set_level(LOG_ERROR);
     unsetenv("KVT_CUDA_LIB");
     if (wq_cq_open(&D->cq) != 0) return -1;

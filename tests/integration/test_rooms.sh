@@ -1,26 +1,69 @@
 #!/usr/bin/env bash
-# Each tier's room keeps its internals (DESIGN §4, STYLE §2 and §16): a
-# room's *_int.h is included only by files inside that room, and a room
-# never includes another room's headers. White-box unit tests of one
-# room (tests/unit) are the one exception to the first rule.
+# Each tier's room keeps its internals, and every tier is a leaf (DESIGN
+# §4, STYLE §2 and §16):
+#  - a room's *_int.h is included only by files inside that room, and a
+#    room never includes another room's headers (white-box unit tests of
+#    one room, tests/unit, are the one exception to the first rule);
+#  - nothing under tiers/ includes the daemon's state (kvtierd.h) or names
+#    struct kvtierd: a tier gets the core's services through tier_host.h;
+#  - of the core's headers, tiers/ includes only the narrow ones that
+#    declare one module each and take no daemon state (TIER_CORE_OK).
+# Then each rule is shown to catch a breach, planted in a copy of the tree.
 set -u
 cd "$(dirname "$0")/../.."
-bad=0
-for room in tiers/*/; do
-    room=${room%/}
-    for h in "$room"/*_int.h; do
-        [ -e "$h" ] || continue
-        name=${h##*/}
+TIER_CORE_OK="index.h workq.h fault.h"
+
+# check ROOT: print each breach under ROOT; exit 1 if there is one.
+check() {
+    local root=$1 bad=0 room h name f inc
+    for room in "$root"/tiers/*/; do
+        room=${room%/}
+        for h in "$room"/*_int.h; do
+            [ -e "$h" ] || continue
+            name=${h##*/}
+            while IFS= read -r f; do
+                case $f in "$room"/*|"$root"/tests/unit/*) continue ;; esac
+                echo "FAIL: $f includes $name, private to $room"; bad=1
+            done < <(grep -rlE "#include \"([a-z]+/)?$name\"" --include='*.c' --include='*.h' \
+                     "$root"/client "$root"/common "$root"/cuda "$root"/daemon "$root"/tiers \
+                     "$root"/tests "$root"/bench 2>/dev/null)
+        done
         while IFS= read -r f; do
-            case $f in "$room"/*|tests/unit/*) continue ;; esac
-            echo "FAIL: $f includes $name, private to $room"; bad=1
-        done < <(grep -rlE "#include \"([a-z]+/)?$name\"" --include='*.c' --include='*.h' \
-                 client common cuda daemon tiers tests bench 2>/dev/null)
+            echo "FAIL: $f (in $room) includes another room: $(grep -hE '#include "(nvme|peer|dram)/' "$f" | head -1)"
+            bad=1
+        done < <(grep -lE '#include "(nvme|peer|dram)/' "$room"/*.[ch] 2>/dev/null)
     done
-    while IFS= read -r f; do
-        echo "FAIL: $f (in $room) includes another room: $(grep -hE '#include "(nvme|peer|dram)/' "$f" | head -1)"
-        bad=1
-    done < <(grep -lE '#include "(nvme|peer|dram)/' "$room"/*.[ch] 2>/dev/null)
-done
-[ $bad -eq 0 ] && echo "rooms keep their internals"
-exit $bad
+    while IFS=: read -r f line; do
+        echo "FAIL: $f:$line: a tier includes the daemon's state (kvtierd.h)"; bad=1
+    done < <(grep -rnE '#include "(daemon/)?kvtierd\.h"' --include='*.[ch]' "$root"/tiers | cut -d: -f1,2)
+    while IFS=: read -r f line; do
+        echo "FAIL: $f:$line: a tier names struct kvtierd"; bad=1
+    done < <(grep -rnE '\bstruct[[:space:]]+kvtierd\b' --include='*.[ch]' "$root"/tiers | cut -d: -f1,2)
+    while IFS=: read -r f line inc; do
+        name=$(echo "$inc" | sed -E 's/.*#include "(daemon\/)?([a-z_]+\.h)".*/\2/')
+        [ -e "$root/daemon/$name" ] || continue           # not a core header
+        case " $TIER_CORE_OK " in *" $name "*) continue ;; esac
+        echo "FAIL: $f:$line: a tier includes the core's $name (allowed: $TIER_CORE_OK)"; bad=1
+    done < <(grep -rnE '#include "' --include='*.[ch]' "$root"/tiers)
+    return $bad
+}
+
+check . || exit 1
+echo "rooms keep their internals; the tiers are leaves"
+
+tmp=$(mktemp -d /tmp/kvt-rooms-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+rc=0
+breach() { # description, file, text
+    rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r daemon tiers "$tmp/t/"
+    printf '%s\n' "$3" >>"$tmp/t/$2"
+    if check "$tmp/t" >/dev/null; then echo "FAIL: not caught: $1"; rc=1
+    else echo "caught: $1"; fi
+}
+breach "kvtierd.h in a tier" tiers/nvme/nvio.c '#include "kvtierd.h"'
+breach "struct kvtierd in a tier" tiers/peer/pget.c 'static int f(struct kvtierd *d);'
+breach "a wide core header in a tier" tiers/peer/gidx.c '#include "park.h"'
+breach "kvcache.h in a tier" tiers/nvme/nvpark.c '#include "kvcache.h"'
+breach "another room's header" tiers/peer/gidx.c '#include "nvme/nvstore.h"'
+breach "a room's _int.h in the core" daemon/store.c '#include "nvme/nvstore_int.h"'
+exit $rc

@@ -13,6 +13,7 @@
 #include "kvtierd.h"
 #include "workq.h"
 #include "log.h"
+#include "tierhost.h"
 
 #define FUZZ_PIPE 7u
 
@@ -36,9 +37,13 @@ static void fuzz_init(void)
         abort();
     }
     fz->start_ms = now_ms();
+    fz->ns.idx = &fz->idx;
     lease_init(&fz->leases, handle_lease_release, fz);
     log_set_level(LOG_ERROR);
     if (wq_cq_open(&fz->cq) != 0 || kvc_open(fz) != 0) abort(); /* KV-cache state */
+    tierhost_init(fz); /* the tiers' contexts: no NVMe tier, no cluster */
+    tierhost_attach(fz);
+    tierhost_order(fz);
     pipe_added(fz, FUZZ_PIPE);
 }
 
@@ -47,6 +52,7 @@ void kvt_fuzz_reset(void)
     if (!fz) return;
     kvc_close(fz);
     wq_cq_close(fz->cq);
+    tierhost_close(fz);
     lease_drop_all(&fz->leases);
     idx_destroy(&fz->idx);
     ns_free(&fz->ns);

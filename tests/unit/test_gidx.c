@@ -6,8 +6,10 @@
  * messages are refused; after a membership change an owner keeps and
  * answers from entries it no longer owns until the view has settled
  * (cluster.failure_timeout_ms), then drops them (issue 10). A LOOKUP that
- * would have to wait on another owner cannot park here (no park table),
- * so it is answered with what this node knows, which is what is checked.
+ * would have to wait on another owner cannot park here (the test's host
+ * parks nothing), so it is answered with what this node knows, which is
+ * what is checked. The peer tier's context is built here without a
+ * daemon (tier_host.h).
  *
  * Owners that move (owners.c, and gidx.c's passes): owners_delta agrees
  * with a brute-force owners_of over random views and random sequences of
@@ -23,6 +25,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,13 +37,59 @@
 #include "peer/cluster_int.h"
 #include "peer/owners.h"
 #include "daemon.h"
-#include "kvtierd.h"
+#include "index.h"
 #include "log.h"
 
 #define NS "g/ns"
 #define NK 64
 
-static struct kvtierd *D;
+static struct cl_ctx *D;
+static struct idx X;
+static uint64_t start_ms;
+
+uint64_t now_ms(void);
+
+/* ---- the host: a clock, one namespace (0), no park table */
+
+static uint64_t h_clock_ms(void *core)
+{
+    (void)core;
+    return now_ms() - start_ms;
+}
+
+static const char *h_ns_name(void *core, uint16_t ns)
+{
+    (void)core, (void)ns;
+    return NS;
+}
+
+static struct park *h_park(void *core, uint32_t pipe, uint64_t req_id,
+                           const struct park_ops *ops, void *ctx, void *owner)
+{
+    (void)core, (void)pipe, (void)req_id, (void)ops, (void)ctx, (void)owner;
+    return NULL; /* answer now */
+}
+
+static const struct tier_host host = {
+    .idx = &X,
+    .clock_ms = h_clock_ms,
+    .ns_name = h_ns_name,
+    .park = h_park,
+};
+
+/* A context as the core builds one: the configuration's defaults. */
+static struct cl_ctx *new_ctx(void)
+{
+    struct cl_ctx *d = calloc(1, sizeof *d);
+    assert_non_null(d);
+    d->host = &host;
+    d->idx = &X;
+    d->cfg.cluster_failure_ms = 3000;
+    d->cfg.cluster_heartbeat_ms = 500;
+    d->cfg.cluster_replicas = 2;
+    d->cfg.cluster_lookup_ms = 500;
+    return d;
+}
 static kvt_key K[NK];
 
 static struct member *add_member(uint32_t id)
@@ -56,12 +105,11 @@ static struct member *add_member(uint32_t id)
 static int setup(void **state)
 {
     (void)state;
-    D = calloc(1, sizeof *D);
-    config_defaults(&D->cfg);
+    D = new_ctx();
     D->cfg.cluster_failure_ms = 3000;
-    D->start_ms = now_ms();
+    start_ms = now_ms();
     log_set_level(LOG_ERROR);
-    if (idx_init(&D->idx, 1024) != 0) return -1;
+    if (idx_init(&X, 1024) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
     D->cl->m = calloc(CL_MAX_MEMBERS, sizeof *D->cl->m);
     D->cl->self_id = 1;
@@ -76,8 +124,7 @@ static int teardown(void **state)
     gx_close(D);
     free(D->cl->m);
     free(D->cl);
-    idx_destroy(&D->idx);
-    ns_free(&D->ns);
+    idx_destroy(&X);
     free(D);
     return 0;
 }
@@ -195,7 +242,7 @@ static void test_unowned_kept_until_settled(void **state)
     gx_tick(D);                                  /* republish, sweep */
     assert_int_equal(entries(), NK);             /* kept: not settled */
     assert_int_equal(lookup(0, NK, NULL), NK);   /* asked here as before */
-    D->start_ms -= D->cfg.cluster_failure_ms;    /* the view has settled */
+    start_ms -= D->cfg.cluster_failure_ms;    /* the view has settled */
     gx_tick(D);
     uint64_t kept = entries();
     assert_true(kept > 0 && kept < NK);          /* only what it owns now */
@@ -397,7 +444,7 @@ static uint32_t drain_all(uint32_t *per)
 
 static void advance(uint64_t ms)
 {
-    D->start_ms -= ms;
+    start_ms -= ms;
 }
 
 static struct gx_stats stats(void)
@@ -419,13 +466,12 @@ static void run_pass(void)
 
 static int setup_wired(uint32_t nm, uint32_t slots, uint32_t replicas, uint32_t alive)
 {
-    D = calloc(1, sizeof *D);
-    config_defaults(&D->cfg);
+    D = new_ctx();
     D->cfg.cluster_failure_ms = 3000;
     D->cfg.cluster_replicas = replicas;
-    D->start_ms = now_ms();
+    start_ms = now_ms();
     log_set_level(LOG_ERROR);
-    if (idx_init(&D->idx, slots + 16) != 0) return -1;
+    if (idx_init(&X, slots + 16) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
     D->cl->m = calloc(CL_MAX_MEMBERS, sizeof *D->cl->m);
     D->cl->self_id = 1;
@@ -439,12 +485,12 @@ static int setup_wired(uint32_t nm, uint32_t slots, uint32_t replicas, uint32_t 
     }
     NSlots = slots;
     Keys = calloc(slots, sizeof *Keys);
-    uint16_t ns = ns_intern(&D->ns, NS);
+    uint16_t ns = 0; /* the host's one namespace */
     for (uint32_t i = 0; i < slots; i++) {
         Keys[i] = td_key(70000 + i);
-        uint32_t s = idx_insert(&D->idx, ns, &Keys[i]);
+        uint32_t s = idx_insert(&X, ns, &Keys[i]);
         if (s == IDX_NONE) return -1;
-        idx_commit(&D->idx, s, IDX_NONE, 0);
+        idx_commit(&X, s, IDX_NONE, 0);
     }
     return gx_open(D); /* publishes what is held, as after a restart */
 }
@@ -462,8 +508,7 @@ static int teardown_wired(void **state)
     free(Keys);
     free(D->cl->m);
     free(D->cl);
-    idx_destroy(&D->idx);
-    ns_free(&D->ns);
+    idx_destroy(&X);
     free(D);
     return 0;
 }

@@ -87,15 +87,15 @@ static void test_alloc_and_copy(void **state)
     static uint8_t in[HBM_UNIT * 2], out[HBM_UNIT * 2];
     for (size_t i = 0; i < sizeof in; i++) in[i] = (uint8_t)(i * 7 + 3);
     done_calls = 0;
-    assert_int_equal(t->ops->write(t, &a, 0, in, sizeof in, on_done, NULL), KVT_OK);
+    assert_int_equal(t->ops->write_at(t, &a, 0, in, sizeof in, on_done, NULL), KVT_OK);
     assert_int_equal(done_calls, 1);
     assert_int_equal(done_err, KVT_OK);
-    assert_int_equal(t->ops->read(t, &a, 0, out, sizeof out, NULL, NULL), KVT_OK);
+    assert_int_equal(t->ops->read_at(t, &a, 0, out, sizeof out, NULL, NULL), KVT_OK);
     assert_memory_equal(in, out, sizeof in);
     assert_ptr_equal(hbm_ptr(h, a.off), h->base + a.off);
     /* Out of the range. */
-    assert_int_equal(t->ops->write(t, &b, 1, in, HBM_UNIT, NULL, NULL), KVT_EINVAL);
-    assert_int_equal(t->ops->read(t, &b, HBM_UNIT + 1, out, 0, NULL, NULL), KVT_EINVAL);
+    assert_int_equal(t->ops->write_at(t, &b, 1, in, HBM_UNIT, NULL, NULL), KVT_EINVAL);
+    assert_int_equal(t->ops->read_at(t, &b, HBM_UNIT + 1, out, 0, NULL, NULL), KVT_EINVAL);
     /* Freed space is space again, once it is contiguous. */
     t->ops->free(t, &a);
     assert_int_equal(t->ops->alloc(t, 3 * HBM_UNIT, &c), KVT_ENOSPC);
@@ -118,11 +118,11 @@ static void test_copy_faults(void **state)
     assert_int_equal(t->ops->alloc(t, 64, &a), KVT_OK);
     setenv("KVT_FAKE_CUDA_FAIL", "memcpy", 1);
     done_calls = 0;
-    assert_int_equal(t->ops->write(t, &a, 0, buf, 64, on_done, NULL), KVT_EIO);
+    assert_int_equal(t->ops->write_at(t, &a, 0, buf, 64, on_done, NULL), KVT_EIO);
     assert_int_equal(done_calls, 1);
     assert_int_equal(done_err, KVT_EIO);
     setenv("KVT_FAKE_CUDA_FAIL", "sync", 1);
-    assert_int_equal(t->ops->read(t, &a, 0, buf, 64, NULL, NULL), KVT_EIO);
+    assert_int_equal(t->ops->read_at(t, &a, 0, buf, 64, NULL, NULL), KVT_EIO);
     unsetenv("KVT_FAKE_CUDA_FAIL");
     t->ops->free(t, &a);
     hbm_close(h);

@@ -186,10 +186,10 @@ static void test_scan(void **state)
     /* Damage b's data behind the tier's back. */
     uint8_t *blk = aligned_alloc(4096, 4096);
     struct done d = {0, KVT_OK};
-    assert_int_equal(n->tier.ops->read(&n->tier, &b, NVME_HDR, blk, 4096, on_done, &d), KVT_OK);
+    assert_int_equal(n->tier.ops->read_at(&n->tier, &b, NVME_HDR, blk, 4096, on_done, &d), KVT_OK);
     uring_drain(n->ring);
     blk[100] ^= 0x40;
-    assert_int_equal(n->tier.ops->write(&n->tier, &b, NVME_HDR, blk, 4096, on_done, &d), KVT_OK);
+    assert_int_equal(n->tier.ops->write_at(&n->tier, &b, NVME_HDR, blk, 4096, on_done, &d), KVT_OK);
     uring_drain(n->ring);
     assert_int_equal(d.err, KVT_OK);
     free(blk);

@@ -44,6 +44,7 @@ static int setup(void **state)
         idx_init(&D->idx, POOL / DRAM_UNIT) != 0)
         return -1;
     D->start_ms = now_ms();
+    D->ns.idx = &D->idx;
     lease_init(&D->leases, handle_lease_release, D);
     log_set_level(LOG_ERROR);
     NS0 = ns_intern(&D->ns, "a/ns");

@@ -349,8 +349,8 @@ static const struct tier_ops nvme_ops = {
     .alloc = nv_alloc,
     .alloc_at = nv_alloc_at,
     .free = nv_free,
-    .write = nv_write,
-    .read = nv_read,
+    .write_at = nv_write,
+    .read_at = nv_read,
     .usage = nv_usage,
     .destroy = nv_destroy,
 };

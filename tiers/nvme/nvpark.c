@@ -21,11 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handlers.h"
 #include "log.h"
 #include "nvstore_int.h"
-#include "park.h"
-#include "store.h"
 #include "uring.h"
 #include "wire.h"
 
@@ -44,7 +41,7 @@ static void park_free(struct nvs_park *p)
     free(p);
 }
 
-static void unlink_park(struct kvtierd *d, struct nvs_park *p)
+static void unlink_park(struct nvs_ctx *d, struct nvs_park *p)
 {
     struct nvs_park **l = &nvs_of(d)->parks;
     while (*l && *l != p) l = &(*l)->next;
@@ -62,9 +59,9 @@ static struct nvs_park *park_new(enum park_kind kind)
 static const struct park_ops nv_ops;
 
 /* Park the request being handled as p; 0 if it cannot be parked now. */
-static int park_it(struct kvtierd *d, struct nvs_park *p, uint32_t pipe, uint64_t req_id)
+static int park_it(struct nvs_ctx *d, struct nvs_park *p, uint32_t pipe, uint64_t req_id)
 {
-    p->park = park_defer(d, pipe, req_id, &nv_ops, p);
+    p->park = d->host->park(d->host->core, pipe, req_id, &nv_ops, d, p);
     if (!p->park) return 0;
     p->next = nvs_of(d)->parks;
     nvs_of(d)->parks = p;
@@ -72,33 +69,33 @@ static int park_it(struct kvtierd *d, struct nvs_park *p, uint32_t pipe, uint64_
 }
 
 /* Send rsp, unlink and free p (FLUSH / VERIFY keep their own state). */
-static void answer_park(struct kvtierd *d, struct nvs_park *p, const Kvtier__Response *rsp)
+static void answer_park(struct nvs_ctx *d, struct nvs_park *p, const Kvtier__Response *rsp)
 {
     unlink_park(d, p);
-    park_answer(d, p->park, rsp);
+    d->host->park_answer(d->host->core, p->park, rsp);
     park_free(p);
 }
 
 /* ----------------------------------------------------------------- GET */
 
 /* Settle chunk i of a parked GET if it can be; 1 once settled. */
-static int settle(struct kvtierd *d, struct nvs_park *p, uint32_t i)
+static int settle(struct nvs_ctx *d, struct nvs_park *p, uint32_t i)
 {
     uint8_t *st = &p->st[i];
     if (*st == PS_PINNED || *st == PS_MISS) return 1;
     uint32_t slot = p->slot[i];
-    const struct idx_entry *e = idx_at(&d->idx, slot);
+    const struct idx_entry *e = idx_at(d->idx, slot);
     if (e->gen != p->gen[i] || e->state != IDX_READY) {
         *st = PS_MISS;
         return 1;
     }
     if (e->tier & IDX_DRAM) {
-        idx_pin(&d->idx, slot);
+        idx_pin(d->idx, slot);
         *st = PS_PINNED;
         return 1;
     }
-    if (idx_nv_at(&d->idx, slot)->flags & (IDX_F_READING | IDX_F_SCRUB)) return 0;
-    if (*st == PS_WAIT && !nvs_of(d)->closing && nvs_promote(d, slot)) {
+    if (idx_nv_at(d->idx, slot)->flags & (IDX_F_READING | IDX_F_SCRUB)) return 0;
+    if (*st == PS_WAIT && !nvs_of(d)->closing && nvs_promote(d, slot, NULL, NULL)) {
         *st = PS_TRIED;
         return 0;
     }
@@ -106,7 +103,7 @@ static int settle(struct kvtierd *d, struct nvs_park *p, uint32_t i)
     return 1;
 }
 
-static int settle_all(struct kvtierd *d, struct nvs_park *p)
+static int settle_all(struct nvs_ctx *d, struct nvs_park *p)
 {
     int all = 1;
     for (uint32_t i = 0; i < p->n; i++) all &= settle(d, p, i);
@@ -121,33 +118,31 @@ static size_t leading_pinned(const struct nvs_park *p)
     return n;
 }
 
-static void unpin_park(struct kvtierd *d, struct nvs_park *p)
+static void unpin_park(struct nvs_ctx *d, struct nvs_park *p)
 {
     for (uint32_t i = 0; i < p->n; i++) {
         if (p->st[i] != PS_PINNED) continue;
         uint32_t slot = p->slot[i];
         p->st[i] = PS_MISS;
-        if (idx_unpin(&d->idx, slot) == 0 && idx_at(&d->idx, slot)->state == IDX_DOOMED)
-            store_free(d, slot);
+        if (idx_unpin(d->idx, slot) == 0 && idx_at(d->idx, slot)->state == IDX_DOOMED)
+            d->host->free_slot(d->host->core, slot);
     }
 }
 
-static void answer_get(struct kvtierd *d, struct nvs_park *p)
+static void answer_get(struct nvs_ctx *d, struct nvs_park *p)
 {
-    Kvtier__Response rsp;
-    void *scratch = NULL;
-    handle_get_answer(d, park_pipe(p->park), park_req_id(p->park), p->ns, p->inline_,
-                      p->n_keys, p->slot, leading_pinned(p), &rsp, &scratch);
+    unlink_park(d, p);
+    d->host->get_answer(d->host->core, p->park, p->ns, p->inline_, p->n_keys,
+                        p->slot, leading_pinned(p));
     unpin_park(d, p);
-    answer_park(d, p, &rsp);
-    handle_response_free(&rsp, scratch);
+    park_free(p);
 }
 
-int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
+int nvs_get(struct nvs_ctx *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
             int inline_, uint32_t n_keys, const uint32_t *slots, size_t *n)
 {
     size_t k = 0;
-    while (k < *n && store_in_dram(d, slots[k])) k++;
+    while (k < *n && th_in_dram(d->host, slots[k])) k++;
     if (k == *n) return 0;
     struct nvs_park *p = park_new(PARK_GET);
     p->ns = ns;
@@ -159,7 +154,7 @@ int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
         abort(); /* control-plane allocation */
     for (size_t i = 0; i < *n; i++) {
         p->slot[i] = slots[i];
-        p->gen[i] = idx_at(&d->idx, slots[i])->gen;
+        p->gen[i] = idx_at(d->idx, slots[i])->gen;
     }
     if (settle_all(d, p) || !park_it(d, p, pipe, req_id)) {
         *n = leading_pinned(p); /* answer now with what is in DRAM; reads go on */
@@ -168,19 +163,14 @@ int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
         return 0;
     }
     uint64_t ms = d->cfg.nvme_get_deadline_ms;
-    park_set_deadline(d, p->park, kvtierd_clock(d) + (ms ? ms : 1));
+    d->host->park_deadline(d->host->core, p->park, d->host->clock_ms(d->host->core) + (ms ? ms : 1));
     nvs_of(d)->st.get_waits++;
     return 1;
 }
 
-void nvs_prefetch(struct kvtierd *d, const uint32_t *slots, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!store_in_dram(d, slots[i])) nvs_promote(d, slots[i]);
-}
 
 /* Answer every parked GET whose chunks have all settled. */
-void nvs_park_notify(struct kvtierd *d)
+void nvs_park_notify(struct nvs_ctx *d)
 {
     struct nvs *s = nvs_of(d);
     struct nvs_park *p = s->parks;
@@ -202,55 +192,56 @@ static void flush_fields(Kvtier__FlushResp *fr, const struct nvs_flush *f)
     fr->clean = f->clean;
 }
 
-static void flush_answer(struct kvtierd *d, struct nvs_park *p)
+static void flush_answer(struct nvs_ctx *d, struct nvs_park *p)
 {
     struct nvs_flush *f = p->flush;
     Kvtier__FlushResp fr = KVTIER__FLUSH_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
     flush_fields(&fr, f);
-    rsp.id = park_req_id(p->park);
+    rsp.id = d->host->park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_FLUSH;
     rsp.flush = &fr;
     f->park = NULL;
     answer_park(d, p, &rsp);
 }
 
-void nvs_flush_progress(struct kvtierd *d, struct nvs_flush *f)
+void nvs_flush_progress(struct nvs_ctx *d, struct nvs_flush *f)
 {
     if (--f->pending > 0) return;
     if (f->park) flush_answer(d, f->park);
     free(f);
 }
 
-static void fill_flush(Kvtier__Response *rsp, struct req *r, const struct nvs_flush *f)
+static void fill_flush(struct nvs_ctx *d, Kvtier__Response *rsp, struct req *r,
+                       const struct nvs_flush *f)
 {
-    Kvtier__FlushResp *fr = req_alloc(r, sizeof *fr);
+    Kvtier__FlushResp *fr = d->host->req_alloc(r, sizeof *fr);
     kvtier__flush_resp__init(fr);
     flush_fields(fr, f);
     rsp->body_case = KVTIER__RESPONSE__BODY_FLUSH;
     rsp->flush = fr;
 }
 
-void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
+void nvs_do_flush(struct req *r, struct nvs_ctx *d, uint32_t pipe,
                   const Kvtier__Flush *q, Kvtier__Response *rsp)
 {
     if (!d->nvs) {
-        req_fail(r, KVT_ENOTSUP, "no NVMe tier (nvme.nvme_bytes = 0)");
+        d->host->req_fail(r, KVT_ENOTSUP, "no NVMe tier (nvme.nvme_bytes = 0)");
         return;
     }
     struct nvs_flush *f = calloc(1, sizeof *f);
     if (!f) abort(); /* control-plane allocation */
     f->evict = q->evict;
     f->pending = 1; /* held until every chunk is queued */
-    for (uint32_t s = 0; s < d->idx.used; s++) {
-        const struct idx_entry *e = idx_at(&d->idx, s);
+    for (uint32_t s = 0; s < d->idx->used; s++) {
+        const struct idx_entry *e = idx_at(d->idx, s);
         if (e->state != IDX_READY || !(e->tier & IDX_DRAM)) continue;
         if (!(e->tier & IDX_NVME)) {
             if (nvs_enqueue_write(d, s, f) == 0) f->pending++;
             continue;
         }
         f->clean++;
-        if (q->evict && e->pins == 0) store_drop_dram(d, s); /* already written */
+        if (q->evict && e->pins == 0) d->host->drop_dram(d->host->core, s); /* already written */
     }
     nvs_pump(d); /* writes complete later, never inside this handler */
     struct nvs_park *p = f->pending > 1 ? park_new(PARK_FLUSH) : NULL;
@@ -259,7 +250,7 @@ void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
         f->park = p;
     } else {
         if (p) park_free(p);
-        fill_flush(rsp, r, f); /* nothing to wait for, or cannot wait */
+        fill_flush(d, rsp, r, f); /* nothing to wait for, or cannot wait */
     }
     nvs_flush_progress(d, f);
 }
@@ -267,13 +258,13 @@ void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
 /* -------------------------------------------------------------- VERIFY */
 
 struct sctx {
-    struct kvtierd *d;
+    struct nvs_ctx *d;
     uint32_t slot;
     uint8_t *buf;
     struct nvs_job job;
 };
 
-static void scrub_next(struct kvtierd *d);
+static void scrub_next(struct nvs_ctx *d);
 
 /* The result of a scrub, for the immediate and the parked answer alike. */
 static void verify_fields(Kvtier__VerifyResp *vr, const struct nvs_scrub *sc)
@@ -284,54 +275,54 @@ static void verify_fields(Kvtier__VerifyResp *vr, const struct nvs_scrub *sc)
     vr->read_errors = sc->read_errors;
 }
 
-static void fill_verify(struct req *r, Kvtier__Response *rsp,
+static void fill_verify(struct nvs_ctx *d, struct req *r, Kvtier__Response *rsp,
                         const struct nvs_scrub *sc)
 {
-    Kvtier__VerifyResp *vr = req_alloc(r, sizeof *vr);
+    Kvtier__VerifyResp *vr = d->host->req_alloc(r, sizeof *vr);
     kvtier__verify_resp__init(vr);
     verify_fields(vr, sc);
     rsp->body_case = KVTIER__RESPONSE__BODY_VERIFY;
     rsp->verify = vr;
 }
 
-static void verify_answer(struct kvtierd *d, struct nvs_scrub *sc)
+static void verify_answer(struct nvs_ctx *d, struct nvs_scrub *sc)
 {
     struct nvs_park *p = sc->park;
     Kvtier__VerifyResp vr = KVTIER__VERIFY_RESP__INIT;
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
     verify_fields(&vr, sc);
-    rsp.id = park_req_id(p->park);
+    rsp.id = d->host->park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_VERIFY;
     rsp.verify = &vr;
     sc->park = NULL;
     answer_park(d, p, &rsp);
 }
 
-static void scrub_end(struct kvtierd *d, struct sctx *c, int bad)
+static void scrub_end(struct nvs_ctx *d, struct sctx *c, int bad)
 {
     struct nvs *s = nvs_of(d);
     struct nvs_scrub *sc = s->scrub;
-    struct idx_entry *e = idx_at(&d->idx, c->slot);
-    idx_set_flags(&d->idx, c->slot, 0, IDX_F_SCRUB);
+    struct idx_entry *e = idx_at(d->idx, c->slot);
+    idx_set_flags(d->idx, c->slot, 0, IDX_F_SCRUB);
     if (bad && e->state == IDX_READY && (e->tier & IDX_NVME)) {
         sc->bad++;
         s->st.scrub_bad++;
         log_warn("nvme", "verify: record of chunk %02x%02x%02x%02x... of %s is "
                  "damaged: dropped", e->key.b[0], e->key.b[1], e->key.b[2],
-                 e->key.b[3], d->ns.v[e->ns].name);
+                 e->key.b[3], d->host->ns_name(d->host->core, e->ns));
         nvs_drop_record(d, c->slot); /* pinned: freed at the unpin if gone */
     }
     uint32_t slot = c->slot;
     sc->inflight--;
     free(c->buf);
     free(c);
-    if (idx_unpin(&d->idx, slot) == 0 && (e->state == IDX_DOOMED || e->tier == 0))
-        store_free(d, slot);
+    if (idx_unpin(d->idx, slot) == 0 && (e->state == IDX_DOOMED || e->tier == 0))
+        d->host->free_slot(d->host->core, slot);
     nvs_park_notify(d);
     scrub_next(d);
 }
 
-static void scrub_verified(struct kvtierd *d, struct nvs_job *j)
+static void scrub_verified(struct nvs_ctx *d, struct nvs_job *j)
 {
     struct sctx *c = j->ctx;
     struct nvs_scrub *sc = nvs_of(d)->scrub;
@@ -342,19 +333,19 @@ static void scrub_verified(struct kvtierd *d, struct nvs_job *j)
 }
 
 /* The header must name the chunk the index says lies there. */
-static int header_matches(const struct kvtierd *d, uint32_t slot, const uint8_t *buf)
+static int header_matches(const struct nvs_ctx *d, uint32_t slot, const uint8_t *buf)
 {
-    const struct idx_entry *e = idx_at(&d->idx, slot);
+    const struct idx_entry *e = idx_at(d->idx, slot);
     struct nvme_meta m;
     return nvme_header_decode(buf, &m) == 0 && m.size == e->size &&
            m.csum == e->csum && memcmp(m.key.b, e->key.b, KVT_KEY_LEN) == 0 &&
-           strcmp(m.ns, d->ns.v[e->ns].name) == 0;
+           strcmp(m.ns, d->host->ns_name(d->host->core, e->ns)) == 0;
 }
 
 static void scrub_read(void *arg, kvt_err err)
 {
     struct sctx *c = arg;
-    struct kvtierd *d = c->d;
+    struct nvs_ctx *d = c->d;
     struct nvs_scrub *sc = nvs_of(d)->scrub;
     if (err != KVT_OK) {
         sc->read_errors++;
@@ -362,7 +353,7 @@ static void scrub_read(void *arg, kvt_err err)
         scrub_end(d, c, 0);
         return;
     }
-    const struct idx_entry *e = idx_at(&d->idx, c->slot);
+    const struct idx_entry *e = idx_at(d->idx, c->slot);
     if (!header_matches(d, c->slot, c->buf)) {
         sc->checked++;
         nvs_of(d)->st.scrubbed++;
@@ -372,14 +363,14 @@ static void scrub_read(void *arg, kvt_err err)
     nvs_check(d, &c->job, c->buf + NVME_HDR, e->size, e->csum, scrub_verified, c);
 }
 
-static int scrubbable(const struct kvtierd *d, uint32_t slot)
+static int scrubbable(const struct nvs_ctx *d, uint32_t slot)
 {
-    const struct idx_entry *e = idx_at(&d->idx, slot);
+    const struct idx_entry *e = idx_at(d->idx, slot);
     return e->state == IDX_READY && (e->tier & IDX_NVME) &&
-           !(idx_nv_at(&d->idx, slot)->flags & (IDX_F_READING | IDX_F_SCRUB));
+           !(idx_nv_at(d->idx, slot)->flags & (IDX_F_READING | IDX_F_SCRUB));
 }
 
-static void scrub_start(struct kvtierd *d, uint32_t slot)
+static void scrub_start(struct nvs_ctx *d, uint32_t slot)
 {
     struct nvs *s = nvs_of(d);
     struct tier_loc loc = nvs_loc_of(d, slot);
@@ -387,23 +378,23 @@ static void scrub_start(struct kvtierd *d, uint32_t slot)
     if (!c || !(c->buf = aligned_alloc(NVME_BLOCK, loc.len))) abort();
     c->d = d;
     c->slot = slot;
-    idx_pin(&d->idx, slot);
-    idx_set_flags(&d->idx, slot, IDX_F_SCRUB, 0);
+    idx_pin(d->idx, slot);
+    idx_set_flags(d->idx, slot, IDX_F_SCRUB, 0);
     s->scrub->inflight++;
     s->scrub->started++;
     if (nvme_read_record(s->tier, &loc, c->buf, scrub_read, c) != KVT_OK)
         scrub_read(c, KVT_EIO);
 }
 
-static int scrub_done(const struct kvtierd *d, const struct nvs_scrub *sc)
+static int scrub_done(const struct nvs_ctx *d, const struct nvs_scrub *sc)
 {
-    return sc->cursor >= d->idx.used ||
+    return sc->cursor >= d->idx->used ||
            (sc->max_records && sc->started >= sc->max_records);
 }
 
 /* Start reads up to SCRUB_INFLIGHT, looking at SCRUB_SLICE slots at most;
  * answer and finish once every slot was looked at and nothing is left. */
-static void scrub_next(struct kvtierd *d)
+static void scrub_next(struct nvs_ctx *d)
 {
     struct nvs_scrub *sc = nvs_of(d)->scrub;
     if (!sc) return;
@@ -419,16 +410,16 @@ static void scrub_next(struct kvtierd *d)
     nvs_of(d)->scrub = NULL;
 }
 
-void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
+void nvs_do_verify(struct req *r, struct nvs_ctx *d, uint32_t pipe,
                    const Kvtier__Verify *q, Kvtier__Response *rsp)
 {
     struct nvs *s = nvs_of(d);
     if (!s) {
-        req_fail(r, KVT_ENOTSUP, "no NVMe tier (nvme.nvme_bytes = 0)");
+        d->host->req_fail(r, KVT_ENOTSUP, "no NVMe tier (nvme.nvme_bytes = 0)");
         return;
     }
     if (s->scrub) {
-        req_fail(r, KVT_EBUSY, "a verify is already running");
+        d->host->req_fail(r, KVT_EBUSY, "a verify is already running");
         return;
     }
     struct nvs_scrub *sc = s->scrub = calloc(1, sizeof *s->scrub);
@@ -438,7 +429,7 @@ void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
     scrub_next(d);
     sc->holding = 0;
     if (sc->inflight == 0 && scrub_done(d, sc)) {
-        fill_verify(r, rsp, sc);
+        fill_verify(d, r, rsp, sc);
         free(sc);
         s->scrub = NULL;
         return;
@@ -446,14 +437,14 @@ void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
     struct nvs_park *p = park_new(PARK_VERIFY);
     if (!park_it(d, p, pipe, rsp->id)) { /* the reads in flight finish; nothing more starts */
         park_free(p);
-        req_fail(r, KVT_EBUSY, "too many requests waiting; try again");
+        d->host->req_fail(r, KVT_EBUSY, "too many requests waiting; try again");
         return;
     }
     sc->park = p;
 }
 
 /* Every tick: a scrub that stopped at its slice bound goes on. */
-void nvs_scrub_tick(struct kvtierd *d)
+void nvs_scrub_tick(struct nvs_ctx *d)
 {
     scrub_next(d);
 }
@@ -462,8 +453,9 @@ void nvs_scrub_tick(struct kvtierd *d)
 
 /* park.c: the client left (park.c frees the park itself). A FLUSH goes
  * on unanswered; a VERIFY stops starting reads. */
-static void park_gone(struct kvtierd *d, void *owner)
+static void park_gone(void *ctx, void *owner)
 {
+    struct nvs_ctx *d = ctx;
     struct nvs_park *p = owner;
     unlink_park(d, p);
     if (p->kind == PARK_GET) unpin_park(d, p);
@@ -474,8 +466,9 @@ static void park_gone(struct kvtierd *d, void *owner)
 }
 
 /* Only GETs have a deadline. */
-static void park_due(struct kvtierd *d, void *owner)
+static void park_due(void *ctx, void *owner)
 {
+    struct nvs_ctx *d = ctx;
     struct nvs_park *p = owner;
     settle_all(d, p);
     nvs_of(d)->st.get_timeouts++;
@@ -485,7 +478,7 @@ static void park_due(struct kvtierd *d, void *owner)
 static const struct park_ops nv_ops = {park_gone, park_due};
 
 /* Shutdown: answer whatever is parked with what it has now. */
-void nvs_park_quiesce(struct kvtierd *d)
+void nvs_park_quiesce(struct nvs_ctx *d)
 {
     struct nvs *s = nvs_of(d);
     while (s->parks) {

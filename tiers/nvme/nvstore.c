@@ -14,6 +14,7 @@
  * restart.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -21,7 +22,6 @@
 #include <unistd.h>
 
 #include "fault.h"
-#include "handlers.h"
 #include "log.h"
 #include "nvstore_int.h"
 #include "uring.h"
@@ -37,37 +37,91 @@ struct lrec {
 };
 
 struct loader {
-    struct kvtierd *d;
+    struct nvs_ctx *d;
     struct lrec *v;
     size_t n, cap;
     uint64_t dropped;
     int from_scan;
 };
 
-int nvs_active(const struct kvtierd *d)
-{
-    return d->nvs != NULL;
-}
-
-const struct nvs_stats *nvs_stats(const struct kvtierd *d)
+const struct nvs_stats *nvs_stats(const struct nvs_ctx *d)
 {
     return d->nvs ? &d->nvs->st : NULL;
 }
 
-struct tier *nvs_tier(const struct kvtierd *d)
+struct tier *nvs_tier(const struct nvs_ctx *d)
 {
-    return d->nvs ? &d->nvs->tier->tier : NULL;
+    return d->nvs ? &d->nvs->obj : NULL;
 }
 
-uint64_t nvs_index_errors(const struct kvtierd *d)
+uint64_t nvs_index_errors(const struct nvs_ctx *d)
 {
     return d->nvs ? nvx_errors(d->nvs->index) : 0;
 }
 
-void nvs_count_lost_dirty(struct kvtierd *d)
+void nvs_count_lost_dirty(struct nvs_ctx *d)
 {
     if (d->nvs) d->nvs->st.lost_dirty++;
 }
+
+/* ------------------------------------------------- the tier behind tier.h */
+
+static int op_get(struct tier *t, struct tier_walk *w)
+{
+    if (!w->n) return TIER_NOW;
+    return nvs_get(nvs_ctx_of(t), w->pipe, w->req_id, w->ns, w->get->inline_,
+                   (uint32_t)w->get->n_keys, w->slots, &w->n);
+}
+
+static kvt_err op_read(struct tier *t, uint32_t slot, tier_done_fn done, void *arg)
+{
+    return nvs_promote(nvs_ctx_of(t), slot, done, arg) ? KVT_OK : KVT_EBUSY;
+}
+
+static kvt_err op_write(struct tier *t, uint32_t slot, tier_done_fn done, void *arg)
+{
+    return nvs_demote(nvs_ctx_of(t), slot, done, arg);
+}
+
+static void op_committed(struct tier *t, uint32_t slot)
+{
+    nvs_committed(nvs_ctx_of(t), slot);
+}
+
+static void op_release(struct tier *t, uint32_t slot)
+{
+    nvs_release(nvs_ctx_of(t), slot);
+}
+
+static uint64_t op_demoting(const struct tier *t)
+{
+    return nvs_demoting_bytes(((const struct nvs *)t)->d);
+}
+
+static void op_lost(struct tier *t, uint32_t slot)
+{
+    (void)slot;
+    nvs_count_lost_dirty(nvs_ctx_of(t));
+}
+
+static void op_usage(struct tier *t, struct tier_usage *u)
+{
+    struct tier *files = &((struct nvs *)t)->tier->tier;
+    files->ops->usage(files, u);
+}
+
+static const struct tier_ops nvs_ops = {
+    .name = "nvme",
+    .id = KVT_TIER_NVME,
+    .usage = op_usage,
+    .get = op_get,
+    .read = op_read,
+    .write = op_write,
+    .committed = op_committed,
+    .release = op_release,
+    .demoting = op_demoting,
+    .lost = op_lost,
+};
 
 static unsigned count_dirs(const char *list)
 {
@@ -76,7 +130,7 @@ static unsigned count_dirs(const char *list)
     return n;
 }
 
-uint64_t nvs_index_slots(const struct kvt_config *c)
+uint64_t nvs_index_slots(const struct nvs_conf *c)
 {
     if (!c->nvme_bytes) return 0;
     uint64_t n = c->nvme_bytes / (2 * NVME_BLOCK) * count_dirs(c->nvme_dirs);
@@ -84,7 +138,7 @@ uint64_t nvs_index_slots(const struct kvt_config *c)
 }
 
 /* Split "a, b,c" into at most NVME_MAX_DIRS trimmed paths in buf. */
-static unsigned split_dirs(const char *list, char buf[][CFG_STR_MAX],
+static unsigned split_dirs(const char *list, char buf[][NVS_STR_MAX],
                            const char **out)
 {
     unsigned n = 0;
@@ -94,7 +148,7 @@ static unsigned split_dirs(const char *list, char buf[][CFG_STR_MAX],
         while (a < b && *a == ' ') a++;
         while (b > a && b[-1] == ' ') b--;
         if (b > a) {
-            snprintf(buf[n], CFG_STR_MAX, "%.*s", (int)(b - a), a);
+            snprintf(buf[n], NVS_STR_MAX, "%.*s", (int)(b - a), a);
             out[n] = buf[n];
             n++;
         }
@@ -123,9 +177,9 @@ static struct lrec *lrec_add(struct loader *L)
 static void on_index_rec(void *arg, const struct nvx_rec *x)
 {
     struct loader *L = arg;
-    struct kvtierd *d = L->d;
+    struct nvs_ctx *d = L->d;
     struct tier_loc loc;
-    uint16_t ns = ns_intern(&d->ns, x->ns);
+    uint16_t ns = d->host->ns_intern(d->host->core, x->ns);
     if (ns == NS_NONE || x->len != nvme_rec_len(x->size) ||
         nvme_loc_make(d->nvs->tier, x->dir, x->num, x->off, x->len, &loc) != KVT_OK) {
         nvx_del(d->nvs->index, x->ns, &x->key); /* names no record we have */
@@ -141,7 +195,7 @@ static void on_scan_rec(void *arg, unsigned file, uint64_t off,
                         const struct nvme_meta *m)
 {
     struct loader *L = arg;
-    uint16_t ns = ns_intern(&L->d->ns, m->ns);
+    uint16_t ns = L->d->host->ns_intern(L->d->host->core, m->ns);
     if (ns == NS_NONE) {
         L->dropped++;
         return;
@@ -166,7 +220,7 @@ static int cmp_atime(const void *a, const void *b)
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-static void unreserve(struct kvtierd *d, struct lrec *r, struct tier_loc *locs,
+static void unreserve(struct nvs_ctx *d, struct lrec *r, struct tier_loc *locs,
                       struct lrec *base)
 {
     struct tier *t = &d->nvs->tier->tier;
@@ -198,9 +252,9 @@ static void reserve_all(struct loader *L, struct lrec **by_off, struct tier_loc 
     }
 }
 
-static void set_nv(struct kvtierd *d, uint32_t slot, const struct tier_loc *l)
+static void set_nv(struct nvs_ctx *d, uint32_t slot, const struct tier_loc *l)
 {
-    struct idx_nv *v = idx_nv_at(&d->idx, slot);
+    struct idx_nv *v = idx_nv_at(d->idx, slot);
     v->h = l->h;
     v->file = (uint16_t)nvme_loc_file(l);
     v->blk = (uint32_t)(nvme_loc_off(l) / NVME_BLOCK);
@@ -210,26 +264,26 @@ static void set_nv(struct kvtierd *d, uint32_t slot, const struct tier_loc *l)
  * adopted in DRAM (journal.c) its NVMe copy. */
 static void insert_one(struct loader *L, struct lrec *r, const struct tier_loc *l)
 {
-    struct kvtierd *d = L->d;
+    struct nvs_ctx *d = L->d;
     struct tier *t = &d->nvs->tier->tier;
-    uint32_t have = idx_find(&d->idx, r->ns, &r->key);
+    uint32_t have = idx_find(d->idx, r->ns, &r->key);
     if (have != IDX_NONE) {
-        struct idx_entry *e = idx_at(&d->idx, have);
+        struct idx_entry *e = idx_at(d->idx, have);
         if (e->state == IDX_READY && e->tier == IDX_DRAM && e->size == r->size &&
             e->csum == r->csum) {
             set_nv(d, have, l);
-            idx_set_tier(&d->idx, have, IDX_DRAM | IDX_NVME);
+            idx_set_tier(d->idx, have, IDX_DRAM | IDX_NVME);
             r->attached = 1;
             return;
         }
     }
-    uint32_t slot = have == IDX_NONE ? idx_insert(&d->idx, r->ns, &r->key) : IDX_NONE;
+    uint32_t slot = have == IDX_NONE ? idx_insert(d->idx, r->ns, &r->key) : IDX_NONE;
     if (slot == IDX_NONE) {
         t->ops->free(t, l);
         r->drop = 1;
         return;
     }
-    struct idx_entry *e = idx_at(&d->idx, slot);
+    struct idx_entry *e = idx_at(d->idx, slot);
     e->size = r->size;
     e->csum = r->csum;
     e->tier = IDX_NVME;
@@ -237,13 +291,11 @@ static void insert_one(struct loader *L, struct lrec *r, const struct tier_loc *
     r->slot = slot;
 }
 
-static void commit_one(struct kvtierd *d, const struct lrec *r)
+static void commit_one(struct nvs_ctx *d, const struct lrec *r)
 {
-    uint32_t p = r->has_parent ? idx_find(&d->idx, r->ns, &r->parent) : IDX_NONE;
-    idx_commit(&d->idx, r->slot, p, 0);
-    struct ns_info *ni = &d->ns.v[r->ns];
-    ni->chunks++;
-    ni->bytes += r->size;
+    uint32_t p = r->has_parent ? idx_find(d->idx, r->ns, &r->parent) : IDX_NONE;
+    idx_commit(d->idx, r->slot, p, 0);
+    d->host->ns_loaded(d->host->core, r->ns, r->size);
 }
 
 static int cmp_key_seq(const void *a, const void *b)
@@ -269,7 +321,7 @@ static void drop_duplicates(struct loader *L, struct lrec **tmp)
 /* Put the loaded records into the index; returns how many stayed. */
 static uint64_t build(struct loader *L)
 {
-    struct kvtierd *d = L->d;
+    struct nvs_ctx *d = L->d;
     struct lrec **ord = malloc((L->n ? L->n : 1) * sizeof *ord);
     struct tier_loc *locs = malloc((L->n ? L->n : 1) * sizeof *locs);
     uint64_t kept = 0, maxseq = 0;
@@ -301,22 +353,22 @@ static uint64_t build(struct loader *L)
 /* Delete the index entries of dropped records; index the scanned ones. */
 static void write_back(struct loader *L)
 {
-    struct kvtierd *d = L->d;
+    struct nvs_ctx *d = L->d;
     struct nvx_rec x;
     for (size_t i = 0; i < L->n; i++) {
         struct lrec *r = &L->v[i];
         if (r->drop) {
-            if (!L->from_scan) nvx_del(d->nvs->index, d->ns.v[r->ns].name, &r->key);
+            if (!L->from_scan) nvx_del(d->nvs->index, d->host->ns_name(d->host->core, r->ns), &r->key);
             L->dropped++;
         } else if (L->from_scan) {
-            uint32_t slot = r->attached ? idx_find(&d->idx, r->ns, &r->key) : r->slot;
+            uint32_t slot = r->attached ? idx_find(d->idx, r->ns, &r->key) : r->slot;
             nvs_fill_rec(d, slot, &x);
             nvx_put(d->nvs->index, &x, -1);
         }
     }
 }
 
-static int load_index(struct kvtierd *d, struct loader *L)
+static int load_index(struct nvs_ctx *d, struct loader *L)
 {
     char err[512];
     uint64_t bad = 0;
@@ -328,7 +380,7 @@ static int load_index(struct kvtierd *d, struct loader *L)
     return 0;
 }
 
-static int load_scan(struct kvtierd *d, struct loader *L)
+static int load_scan(struct nvs_ctx *d, struct loader *L)
 {
     char err[512];
     L->from_scan = 1;
@@ -341,9 +393,9 @@ static int load_scan(struct kvtierd *d, struct loader *L)
 }
 
 /* Open the index; a damaged one is moved aside (and rebuilt). */
-static int open_index(struct kvtierd *d, int *complete)
+static int open_index(struct nvs_ctx *d, int *complete)
 {
-    char err[640], moved[CFG_STR_MAX + 64];
+    char err[640], moved[NVS_STR_MAX + 64];
     const char *path = d->cfg.nvme_index_path;
     if (nvx_open(path, (int)d->cfg.nvme_fsync, &d->nvs->index, complete, err,
                  sizeof err) == 0)
@@ -361,7 +413,7 @@ static int open_index(struct kvtierd *d, int *complete)
     return -1;
 }
 
-static int load(struct kvtierd *d)
+static int load(struct nvs_ctx *d)
 {
     struct nvs *s = d->nvs;
     struct loader L = {d, NULL, 0, 0, 0, 0};
@@ -398,9 +450,9 @@ static int open_fds(struct nvs *s)
     return epoll_ctl(s->ep, EPOLL_CTL_ADD, ev.data.fd, &ev);
 }
 
-static int open_tier(struct kvtierd *d)
+static int open_tier(struct nvs_ctx *d)
 {
-    static char buf[NVME_MAX_DIRS][CFG_STR_MAX];
+    static char buf[NVME_MAX_DIRS][NVS_STR_MAX];
     const char *dirs[NVME_MAX_DIRS];
     char err[640] = "";
     unsigned n = split_dirs(d->cfg.nvme_dirs, buf, dirs);
@@ -413,7 +465,7 @@ static int open_tier(struct kvtierd *d)
     return -1;
 }
 
-int nvs_open(struct kvtierd *d)
+int nvs_open(struct nvs_ctx *d)
 {
     char err[256];
     if (!d->cfg.nvme_bytes) return 0;
@@ -423,10 +475,12 @@ int nvs_open(struct kvtierd *d)
     }
     struct nvs *s = calloc(1, sizeof *s);
     if (!s) abort(); /* start-up allocation */
+    s->obj.ops = &nvs_ops;
+    s->d = d;
     s->ep = -1;
     s->max_writes = (uint32_t)d->cfg.nvme_queue_depth;
     d->nvs = s;
-    d->idx.nv_active = 1;
+    d->idx->nv_active = 1;
     if (open_tier(d) != 0 || load(d) != 0) return -1;
     if (nvs_worker_start(d) != 0 || open_fds(s) != 0) {
         log_error("nvme", "worker thread or epoll: %s", strerror(errno));
@@ -441,18 +495,18 @@ int nvs_open(struct kvtierd *d)
     return 0;
 }
 
-int nvs_fd(const struct kvtierd *d)
+int nvs_fd(const struct nvs_ctx *d)
 {
     return d->nvs ? d->nvs->ep : -1;
 }
 
-void nvs_poll(struct kvtierd *d)
+void nvs_poll(struct nvs_ctx *d)
 {
     struct nvs *s = d->nvs;
     uring_poll(s->tier->ring); /* checksum verdicts come through d->cq */
 }
 
-void nvs_tick(struct kvtierd *d)
+void nvs_tick(struct nvs_ctx *d)
 {
     if (!d->nvs) return;
     nvs_pump(d);
@@ -460,7 +514,7 @@ void nvs_tick(struct kvtierd *d)
     nvs_scrub_tick(d);
 }
 
-void nvs_quiesce(struct kvtierd *d)
+void nvs_quiesce(struct nvs_ctx *d)
 {
     struct nvs *s = d->nvs;
     if (!s) return;
@@ -473,7 +527,7 @@ void nvs_quiesce(struct kvtierd *d)
     nvs_park_quiesce(d);
 }
 
-void nvs_close(struct kvtierd *d)
+void nvs_close(struct nvs_ctx *d)
 {
     struct nvs *s = d->nvs;
     if (!s) return;
@@ -490,11 +544,11 @@ void nvs_close(struct kvtierd *d)
 
 /* ---------------------------------------------------------------- stats */
 
-static Kvtier__TierStats *tier_stats(struct req *r, kvt_tier t,
+static Kvtier__TierStats *tier_stats(struct nvs_ctx *d, struct req *r, kvt_tier t,
                                      const struct tier_usage *u, double hi,
                                      double lo)
 {
-    Kvtier__TierStats *ts = req_alloc(r, sizeof *ts);
+    Kvtier__TierStats *ts = d->host->req_alloc(r, sizeof *ts);
     kvtier__tier_stats__init(ts);
     ts->tier = (Kvtier__Tier)t;
     ts->capacity = u->capacity;
@@ -505,10 +559,10 @@ static Kvtier__TierStats *tier_stats(struct req *r, kvt_tier t,
     return ts;
 }
 
-static Kvtier__NvmeStats *nvme_stats(struct req *r, struct kvtierd *d)
+static Kvtier__NvmeStats *nvme_stats(struct req *r, struct nvs_ctx *d)
 {
     struct nvs *s = d->nvs;
-    Kvtier__NvmeStats *n = req_alloc(r, sizeof *n);
+    Kvtier__NvmeStats *n = d->host->req_alloc(r, sizeof *n);
     kvtier__nvme_stats__init(n);
     n->demotions = s->st.demotions;
     n->demoted_bytes = s->st.demoted_bytes;
@@ -531,30 +585,19 @@ static Kvtier__NvmeStats *nvme_stats(struct req *r, struct kvtierd *d)
     n->write_through = d->cfg.nvme_write_through != 0;
     n->registered_buffers = s->tier->regbuf_why[0] == '\0';
     n->buffers_note = s->tier->regbuf_why;
-    n->dirty_chunks = d->idx.n_ready - d->idx.n_in[1]; /* DRAM only */
+    n->dirty_chunks = d->idx->n_ready - d->idx->n_in[1]; /* DRAM only */
     return n;
 }
 
-void nvs_fill_stats(struct req *r, struct kvtierd *d, Kvtier__StatsResp *s)
+void nvs_fill_stats(struct req *r, struct nvs_ctx *d, Kvtier__StatsResp *s)
 {
     struct tier_usage u;
-    s->adopted_chunks = d->adopted;
-    s->adopt_dropped = d->adopt_dropped;
-    int n = d->nvs ? 2 : 1;
-    s->tiers = req_alloc(r, (size_t)n * sizeof *s->tiers);
-    s->n_tiers = (size_t)n;
-    d->dram->tier.ops->usage(&d->dram->tier, &u);
-    s->tiers[0] = tier_stats(r, KVT_TIER_DRAM, &u, d->cfg.high_watermark,
-                             d->cfg.low_watermark);
-    s->tiers[0]->chunks = d->idx.n_in[0];
-    s->tiers[0]->chunk_bytes = d->idx.bytes_in[0];
-    s->tiers[0]->evictions = d->st.evictions;
     if (!d->nvs) return;
     d->nvs->tier->tier.ops->usage(&d->nvs->tier->tier, &u);
-    s->tiers[1] = tier_stats(r, KVT_TIER_NVME, &u, d->cfg.nvme_high_watermark,
+    s->tiers[1] = tier_stats(d, r, KVT_TIER_NVME, &u, d->cfg.nvme_high_watermark,
                              d->cfg.nvme_low_watermark);
-    s->tiers[1]->chunks = d->idx.n_in[1];
-    s->tiers[1]->chunk_bytes = d->idx.bytes_in[1];
+    s->tiers[1]->chunks = d->idx->n_in[1];
+    s->tiers[1]->chunk_bytes = d->idx->bytes_in[1];
     s->tiers[1]->evictions = d->nvs->st.evictions;
     s->nvme = nvme_stats(r, d);
 }

@@ -39,56 +39,62 @@
 #include <stdint.h>
 
 #include "kvtier.pb-c.h"
+#include "tier_host.h"
 
-struct kvtierd;
+struct nvs;
 struct tier;
-struct kvt_config;
 struct req;
 
+#define NVS_STR_MAX 512
+
+/* The tier's configuration ([nvme] keys; the DRAM watermarks), filled by
+ * the core at start and again when SIGHUP reloads the reloadable ones. */
+struct nvs_conf {
+    char nvme_dirs[NVS_STR_MAX];       /* resolved by the configuration */
+    char nvme_index_path[NVS_STR_MAX];
+    uint64_t nvme_bytes, nvme_file_bytes, nvme_queue_depth;
+    uint64_t nvme_register_buffers, nvme_write_through, nvme_fsync;
+    uint64_t nvme_get_deadline_ms;
+    double nvme_high_watermark, nvme_low_watermark;
+};
+
+/* The tier's context: what it is built with, and its state. The core
+ * owns one (zeroed, host and cfg filled) and passes it to every call. */
+struct nvs_ctx {
+    const struct tier_host *host;
+    struct nvs_conf cfg;
+    struct idx *idx;    /* host->idx */
+    struct dram *dram;  /* host->dram */
+    struct wq_cq *cq;   /* host->cq */
+    struct nvs *nvs;    /* the tier, or NULL without one (nvs_open) */
+};
+
 /* Index slots the NVMe tier may need on top of DRAM's (0 without it). */
-uint64_t nvs_index_slots(const struct kvt_config *c);
+uint64_t nvs_index_slots(const struct nvs_conf *c);
 /* Open the tier and its index and load the index into d->idx. Does
  * nothing without nvme_bytes. 0, or -1 (logged). */
-int nvs_open(struct kvtierd *d);
+int nvs_open(struct nvs_ctx *d);
+/* The tier behind tier.h (the walk, read/write of chunks, usage); NULL
+ * without an NVMe tier. */
+struct tier *nvs_tier(const struct nvs_ctx *d);
 /* The fd the core loop polls (-1 without an NVMe tier), and its handler. */
-int nvs_fd(const struct kvtierd *d);
-void nvs_poll(struct kvtierd *d);
+int nvs_fd(const struct nvs_ctx *d);
+void nvs_poll(struct nvs_ctx *d);
 /* Every core tick: NVMe watermark, queued writes. */
-void nvs_tick(struct kvtierd *d);
+void nvs_tick(struct nvs_ctx *d);
 /* Shutdown, first step (transports still open): finish I/O, answer every
  * parked request. */
-void nvs_quiesce(struct kvtierd *d);
+void nvs_quiesce(struct nvs_ctx *d);
 /* Last step (after leases are dropped): write the index out, close. */
-void nvs_close(struct kvtierd *d);
+void nvs_close(struct nvs_ctx *d);
 
-/* ---- store.c */
-int nvs_active(const struct kvtierd *d);
-/* A chunk was committed to DRAM (write-through queues it). */
-void nvs_committed(struct kvtierd *d, uint32_t slot);
-/* Start writing a dirty DRAM leaf, its DRAM copy to be freed once
- * written. 1 if started, 0 if the tier cannot take it now. */
-int nvs_demote(struct kvtierd *d, uint32_t slot);
-/* Free the NVMe side of a chunk whose slot is being freed. */
-void nvs_release(struct kvtierd *d, uint32_t slot);
-/* DRAM bytes that writes in flight will free. */
-uint64_t nvs_demoting_bytes(const struct kvtierd *d);
-
-/* ---- store.c's walk (store_get_walk, store_lookup_walk) */
-/* slots[0..*n) are the leading present chunks of a GET. Starts reads of
- * those only on NVMe; returns 1 if the request was parked (answered later
- * through handle_get_answer), else 0 with *n cut to the leading chunks in
- * DRAM now. */
-int nvs_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
-            int inline_, uint32_t n_keys, const uint32_t *slots, size_t *n);
-/* LOOKUP's prefetch: start reads of the chunks only on NVMe. */
-void nvs_prefetch(struct kvtierd *d, const uint32_t *slots, size_t n);
-
-/* ---- handlers.c */
-void nvs_do_flush(struct req *r, struct kvtierd *d, uint32_t pipe,
+/* ---- handlers.c (requests the tier answers itself) */
+void nvs_do_flush(struct req *r, struct nvs_ctx *d, uint32_t pipe,
                   const Kvtier__Flush *q, Kvtier__Response *rsp);
-void nvs_do_verify(struct req *r, struct kvtierd *d, uint32_t pipe,
+void nvs_do_verify(struct req *r, struct nvs_ctx *d, uint32_t pipe,
                    const Kvtier__Verify *q, Kvtier__Response *rsp);
-void nvs_fill_stats(struct req *r, struct kvtierd *d, Kvtier__StatsResp *s);
+/* STATS: s->tiers[1] (the NVMe row; s->tiers holds 2) and s->nvme. */
+void nvs_fill_stats(struct req *r, struct nvs_ctx *d, Kvtier__StatsResp *s);
 
 /* ---- metrics.c: the tier's counters, read on the core thread. */
 struct nvs_stats {
@@ -98,12 +104,8 @@ struct nvs_stats {
     uint64_t evictions;  /* NVMe copies dropped to make room */
 };
 /* The counters; NULL without an NVMe tier. Valid until nvs_close. */
-const struct nvs_stats *nvs_stats(const struct kvtierd *d);
-/* The tier behind tier.h (usage, ops); NULL without an NVMe tier. */
-struct tier *nvs_tier(const struct kvtierd *d);
+const struct nvs_stats *nvs_stats(const struct nvs_ctx *d);
 /* Index batches not written (nvindex.h); 0 without an NVMe tier. */
-uint64_t nvs_index_errors(const struct kvtierd *d);
-/* store.c: a dirty DRAM chunk was dropped before it could be written. */
-void nvs_count_lost_dirty(struct kvtierd *d);
+uint64_t nvs_index_errors(const struct nvs_ctx *d);
 
 #endif

@@ -10,11 +10,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "handlers.h" /* req_alloc, req_fail */
-#include "kvtierd.h"
 #include "nvindex.h"
 #include "nvme.h"
 #include "nvstore.h"
+#include "tier.h"
 #include "workq.h"
 
 /* A write waiting for the device (write-through, FLUSH). */
@@ -33,8 +32,8 @@ struct nvs_flush {
 /* A checksum for the worker (workq.h); done runs on the core thread. */
 struct nvs_job {
     struct wq_csum c; /* first: the wq_job is the nvs_job */
-    struct kvtierd *d;
-    void (*done)(struct kvtierd *d, struct nvs_job *j);
+    struct nvs_ctx *d;
+    void (*done)(struct nvs_ctx *d, struct nvs_job *j);
     void *ctx;
 };
 
@@ -65,7 +64,9 @@ struct nvs_scrub {
 };
 
 struct nvs {
-    struct nvme *tier;
+    struct tier obj;         /* first: the tier behind tier.h (nvs_tier) */
+    struct nvs_ctx *d;
+    struct nvme *tier;       /* the record files */
     struct nvx *index;
     uint64_t seq;
     struct nvs_wq_item *wq;  /* ring buffer */
@@ -73,7 +74,7 @@ struct nvs {
     uint32_t writes, reads;  /* in flight */
     uint32_t max_writes;
     uint64_t demoting;       /* DRAM bytes writes in flight will free */
-    uint64_t full_until;     /* kvtierd_clock ms: no space, do not try */
+    uint64_t full_until;     /* host clock_ms: no space, do not try */
     int full_logged;
     struct workq *csq;       /* checksums of what is read back */
     int ep;                  /* epoll over the ring's eventfd */
@@ -83,30 +84,44 @@ struct nvs {
     struct nvs_stats st;
 };
 
-static inline struct nvs *nvs_of(const struct kvtierd *d)
+static inline struct nvs *nvs_of(const struct nvs_ctx *d)
 {
     return d->nvs;
 }
 
+static inline struct nvs_ctx *nvs_ctx_of(struct tier *t)
+{
+    return ((struct nvs *)t)->d;
+}
+
 /* nvio.c */
-int nvs_worker_start(struct kvtierd *d);
-void nvs_worker_stop(struct kvtierd *d);
+void nvs_committed(struct nvs_ctx *d, uint32_t slot);
+kvt_err nvs_demote(struct nvs_ctx *d, uint32_t slot, tier_done_fn done, void *arg);
+void nvs_release(struct nvs_ctx *d, uint32_t slot);
+uint64_t nvs_demoting_bytes(const struct nvs_ctx *d);
+void nvs_count_lost_dirty(struct nvs_ctx *d);
+int nvs_worker_start(struct nvs_ctx *d);
+void nvs_worker_stop(struct nvs_ctx *d);
 /* Check p[0..n) against want on the worker; done(d, j) gets j->c.ok. */
-void nvs_check(struct kvtierd *d, struct nvs_job *j, const void *p, uint64_t n,
-               uint64_t want, void (*done)(struct kvtierd *d, struct nvs_job *j),
+void nvs_check(struct nvs_ctx *d, struct nvs_job *j, const void *p, uint64_t n,
+               uint64_t want, void (*done)(struct nvs_ctx *d, struct nvs_job *j),
                void *ctx);
-void nvs_pump(struct kvtierd *d);
-int nvs_promote(struct kvtierd *d, uint32_t slot);
-int nvs_enqueue_write(struct kvtierd *d, uint32_t slot, struct nvs_flush *f);
-void nvs_drop_record(struct kvtierd *d, uint32_t slot);
-void nvs_nv_watermark(struct kvtierd *d);
-struct tier_loc nvs_loc_of(const struct kvtierd *d, uint32_t slot);
-void nvs_fill_rec(const struct kvtierd *d, uint32_t slot, struct nvx_rec *r);
+void nvs_pump(struct nvs_ctx *d);
+/* Read a chunk only on NVMe into DRAM: 1 if under way (done, if any,
+ * follows), 0 if it cannot start. */
+int nvs_promote(struct nvs_ctx *d, uint32_t slot, tier_done_fn done, void *arg);
+int nvs_enqueue_write(struct nvs_ctx *d, uint32_t slot, struct nvs_flush *f);
+void nvs_drop_record(struct nvs_ctx *d, uint32_t slot);
+void nvs_nv_watermark(struct nvs_ctx *d);
+struct tier_loc nvs_loc_of(const struct nvs_ctx *d, uint32_t slot);
+void nvs_fill_rec(const struct nvs_ctx *d, uint32_t slot, struct nvx_rec *r);
 
 /* nvpark.c */
-void nvs_park_notify(struct kvtierd *d);
-void nvs_flush_progress(struct kvtierd *d, struct nvs_flush *f);
-void nvs_park_quiesce(struct kvtierd *d);
-void nvs_scrub_tick(struct kvtierd *d);
+int nvs_get(struct nvs_ctx *d, uint32_t pipe, uint64_t req_id, uint16_t ns,
+            int inline_, uint32_t n_keys, const uint32_t *slots, size_t *n);
+void nvs_park_notify(struct nvs_ctx *d);
+void nvs_flush_progress(struct nvs_ctx *d, struct nvs_flush *f);
+void nvs_park_quiesce(struct nvs_ctx *d);
+void nvs_scrub_tick(struct nvs_ctx *d);
 
 #endif

@@ -36,12 +36,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "handlers.h" /* req_alloc */
-#include "kvtierd.h"
 #include "log.h"
-#include "metrics.h"
 #include "cluster_int.h"
 #include "peer.h"
+
+/* ns on the monotonic clock (heartbeat round trips, incarnations). */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------ receiving */
 
@@ -159,7 +164,7 @@ static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
     pm->ucx_rkey = (ProtobufCBinaryData){rl, (uint8_t *)r};
 }
 
-void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
+void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
     if (!m) return;
@@ -167,7 +172,7 @@ void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
     pm->node_id = c->self_id;
     pm->addr = c->self_addr;
     pm->incarnation = c->inc;
-    pm->sent_ns = metrics_now_ns();
+    pm->sent_ns = mono_ns();
     size_t len = kvtier__peer_msg__get_packed_size(pm);
     nng_msg *msg;
     if (!m->open || nng_msg_alloc(&msg, len) != 0) return;
@@ -179,7 +184,7 @@ void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm)
     m->bytes_out += len;
 }
 
-static void send_join(struct kvtierd *d, struct member *m)
+static void send_join(struct cl_ctx *d, struct member *m)
 {
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     Kvtier__PeerJoin j = KVTIER__PEER_JOIN__INIT;
@@ -188,7 +193,7 @@ static void send_join(struct kvtierd *d, struct member *m)
     cl_send(d, m, &pm);
 }
 
-static void send_heartbeat(struct kvtierd *d, struct member *to)
+static void send_heartbeat(struct cl_ctx *d, struct member *to)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
@@ -209,7 +214,7 @@ static void send_heartbeat(struct kvtierd *d, struct member *to)
     hb.members = mp;
     if (to->echo_ns) {
         hb.echo_ns = to->echo_ns;
-        hb.held_ns = metrics_now_ns() - to->echo_rx_ns;
+        hb.held_ns = mono_ns() - to->echo_rx_ns;
     }
     pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
     pm.heartbeat = &hb;
@@ -224,7 +229,7 @@ static void send_heartbeat(struct kvtierd *d, struct member *to)
  * would otherwise flood the log at its heartbeat rate). */
 static int reject_log_due(struct cluster *c)
 {
-    uint64_t now = metrics_now_ns() / 1000000;
+    uint64_t now = mono_ns() / 1000000;
     c->rejected++;
     if (c->last_reject_log_ms && now - c->last_reject_log_ms < 1000) return 0;
     c->last_reject_log_ms = now;
@@ -238,7 +243,7 @@ void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why)
                  pm->addr, (unsigned)pm->node_id, why, (unsigned long long)c->rejected);
 }
 
-static void set_state(struct kvtierd *d, struct member *m, int st, const char *why)
+static void set_state(struct cl_ctx *d, struct member *m, int st, const char *why)
 {
     struct cluster *c = d->cl;
     if (m->state == st) return;
@@ -253,10 +258,10 @@ static void set_state(struct kvtierd *d, struct member *m, int st, const char *w
 }
 
 /* The sender is m and spoke: alive, a rejoin if its incarnation moved. */
-static void heard(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
+static void heard(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
                   size_t len)
 {
-    uint64_t now = kvtierd_clock(d);
+    uint64_t now = cl_clock(d);
     int rejoin = m->inc != 0 && pm->incarnation > m->inc;
     if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
         if (rejoin) pg_member_down(d, m); /* its UCX endpoint is stale */
@@ -268,7 +273,7 @@ static void heard(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm
     m->last_heard_ms = now;
     m->bytes_in += len;
     m->echo_ns = pm->sent_ns;
-    m->echo_rx_ns = metrics_now_ns();
+    m->echo_rx_ns = mono_ns();
 }
 
 static int valid_addr(const char *a)
@@ -277,7 +282,7 @@ static int valid_addr(const char *a)
 }
 
 /* Members the sender holds alive: learn the ids we lack. */
-static void learn(struct kvtierd *d, const Kvtier__PeerHeartbeat *hb)
+static void learn(struct cl_ctx *d, const Kvtier__PeerHeartbeat *hb)
 {
     struct cluster *c = d->cl;
     for (size_t i = 0; i < hb->n_members; i++) {
@@ -295,18 +300,18 @@ static void learn(struct kvtierd *d, const Kvtier__PeerHeartbeat *hb)
     }
 }
 
-static void on_heartbeat(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+static void on_heartbeat(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerHeartbeat *hb = pm->heartbeat;
-    if (hb->echo_ns && hb->echo_ns <= metrics_now_ns()) {
-        uint64_t rt = metrics_now_ns() - hb->echo_ns;
+    if (hb->echo_ns && hb->echo_ns <= mono_ns()) {
+        uint64_t rt = mono_ns() - hb->echo_ns;
         m->rtt_us = (rt > hb->held_ns ? rt - hb->held_ns : 0) / 1000;
     }
     learn(d, hb);
 }
 
 /* A Join: add or adopt the sender, then answer with our view at once. */
-static struct member *on_join(struct kvtierd *d, const Kvtier__PeerMsg *pm)
+static struct member *on_join(struct cl_ctx *d, const Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
     struct member *m = cl_find(c, pm->node_id);
@@ -331,7 +336,7 @@ static const char *check_sender(const struct cluster *c, const Kvtier__PeerMsg *
 }
 
 /* m's UCX identity: connect once (again after the endpoint failed). */
-static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+static void learn_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     char err[256];
     struct cluster *c = d->cl;
@@ -350,13 +355,13 @@ static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg
 /* A Join from a member we hold alive, same incarnation: it took us for
  * dead (or never heard us), so as an owner it dropped what we hold while
  * our own view did not change. Tell the owners again. */
-static void on_join_from_alive(struct kvtierd *d, struct member *m)
+static void on_join_from_alive(struct cl_ctx *d, struct member *m)
 {
     send_heartbeat(d, m);
     gx_republish(d, m->id);
 }
 
-static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
+static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
                      int was_alive)
 {
     learn_ucx(d, m, pm);
@@ -376,7 +381,7 @@ static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg 
     }
 }
 
-static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
+static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
@@ -406,7 +411,7 @@ static void apply(struct kvtierd *d, const uint8_t *buf, size_t len)
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }
 
-void cluster_poll(struct kvtierd *d)
+void cluster_poll(struct cl_ctx *d)
 {
     if (!d->cl) return;
     struct qmsg *q = take_all(d->cl);
@@ -421,11 +426,11 @@ void cluster_poll(struct kvtierd *d)
 
 /* ------------------------------------------------------------- the tick */
 
-void cluster_tick(struct kvtierd *d)
+void cluster_tick(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     if (!c) return;
-    uint64_t now = kvtierd_clock(d);
+    uint64_t now = cl_clock(d);
     for (uint32_t i = 0; i < c->n; i++) {
         struct member *m = &c->m[i];
         if (m->state != KVTIER__PEER_STATE__PEER_ALIVE ||
@@ -449,9 +454,9 @@ void cluster_tick(struct kvtierd *d)
 
 /* ------------------------------------------------------------ open/close */
 
-static void add_seeds(struct kvtierd *d)
+static void add_seeds(struct cl_ctx *d)
 {
-    char buf[CFG_STR_MAX], *save = NULL;
+    char buf[CL_STR_MAX], *save = NULL;
     snprintf(buf, sizeof buf, "%s", d->cfg.cluster_seeds);
     for (char *s = strtok_r(buf, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
         if (!strcmp(s, d->cl->self_addr)) continue;
@@ -480,12 +485,53 @@ static int listen_pull(struct cluster *c)
     return 0;
 }
 
-int cluster_open(struct kvtierd *d)
+/* ------------------------------------------------ the tier behind tier.h */
+
+static int op_get(struct tier *t, struct tier_walk *w)
+{
+    struct cl_ctx *d = ((struct cluster *)t)->d;
+    return cluster_get(d, w->pipe, w->req_id, w->get, w->slots, w->n);
+}
+
+static int op_lookup(struct tier *t, struct tier_walk *w)
+{
+    struct cl_ctx *d = ((struct cluster *)t)->d;
+    return cluster_lookup(d, w->pipe, w->req_id, w->lookup, w->lr);
+}
+
+static void op_committed(struct tier *t, uint32_t slot)
+{
+    cluster_held(((struct cluster *)t)->d, slot, 1);
+}
+
+static void op_removed(struct tier *t, uint32_t slot)
+{
+    cluster_held(((struct cluster *)t)->d, slot, 0);
+}
+
+static const struct tier_ops cl_tier_ops = {
+    .name = "peer",
+    .id = KVT_TIER_PEER,
+    .get = op_get,
+    .lookup = op_lookup,
+    .committed = op_committed,
+    .removed = op_removed,
+};
+
+struct tier *cluster_tier(const struct cl_ctx *d)
+{
+    return d->cl ? &d->cl->obj : NULL;
+}
+
+
+int cluster_open(struct cl_ctx *d)
 {
     if (!d->cfg.cluster_listen[0]) return 0;
     struct cluster *c = calloc(1, sizeof *c);
     if (!c) abort();
     d->cl = c;
+    c->obj.ops = &cl_tier_ops;
+    c->d = d;
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&c->q_mtx, NULL);
     c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m);
@@ -493,7 +539,7 @@ int cluster_open(struct kvtierd *d)
     c->self_id = (uint32_t)d->cfg.cluster_node_id;
     snprintf(c->self_addr, sizeof c->self_addr, "%.*s", CL_ADDR_MAX - 1,
              d->cfg.cluster_listen);
-    c->inc = (uint64_t)time(NULL) * 1000000ull + metrics_now_ns() / 1000 % 1000000ull;
+    c->inc = (uint64_t)time(NULL) * 1000000ull + mono_ns() / 1000 % 1000000ull;
     if (c->efd < 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX || listen_pull(c) != 0) {
         if (c->efd < 0) log_error("cluster", "eventfd: %s", strerror(errno));
         return -1;
@@ -508,12 +554,12 @@ int cluster_open(struct kvtierd *d)
     return 0;
 }
 
-int cluster_fd(const struct kvtierd *d)
+int cluster_fd(const struct cl_ctx *d)
 {
     return d->cl ? d->cl->efd : -1;
 }
 
-void cluster_close(struct kvtierd *d)
+void cluster_close(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     if (!c) return;
@@ -545,7 +591,7 @@ void cluster_close(struct kvtierd *d)
 
 /* ---------------------------------------------------------------- PEERS */
 
-static void fill_peer(struct kvtierd *d, const struct member *m, Kvtier__PeerInfo *p)
+static void fill_peer(struct cl_ctx *d, const struct member *m, Kvtier__PeerInfo *p)
 {
     kvtier__peer_info__init(p);
     p->node_id = m->id;
@@ -555,14 +601,14 @@ static void fill_peer(struct kvtierd *d, const struct member *m, Kvtier__PeerInf
     p->rtt_us = m->rtt_us;
     p->bytes_in = m->bytes_in;
     p->bytes_out = m->bytes_out;
-    p->last_heard_ms = m->last_heard_ms ? kvtierd_clock(d) - m->last_heard_ms : 0;
+    p->last_heard_ms = m->last_heard_ms ? cl_clock(d) - m->last_heard_ms : 0;
     p->joins = m->joins;
 }
 
-void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp)
+void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp)
 {
     struct cluster *c = d->cl;
-    Kvtier__PeersResp *pr = req_alloc(r, sizeof *pr);
+    Kvtier__PeersResp *pr = d->host->req_alloc(r, sizeof *pr);
     kvtier__peers_resp__init(pr);
     rsp->body_case = KVTIER__RESPONSE__BODY_PEERS;
     rsp->peers = pr;
@@ -575,20 +621,20 @@ void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp)
     pr->rejected = c->rejected;
     gx_fill_peers(d, pr);
     pg_fill_peers(d, pr);
-    pr->peers = req_alloc(r, (c->n + 1) * sizeof *pr->peers);
-    Kvtier__PeerInfo *pv = req_alloc(r, (c->n + 1) * sizeof *pv);
+    pr->peers = d->host->req_alloc(r, (c->n + 1) * sizeof *pr->peers);
+    Kvtier__PeerInfo *pv = d->host->req_alloc(r, (c->n + 1) * sizeof *pv);
     for (uint32_t i = 0; i < c->n; i++) {
         fill_peer(d, &c->m[i], &pv[i]);
         pr->peers[pr->n_peers++] = &pv[i];
     }
 }
 
-int cluster_peer_fd(const struct kvtierd *d)
+int cluster_peer_fd(const struct cl_ctx *d)
 {
     return d->cl ? peer_fd(d->cl->pt) : -1;
 }
 
-void cluster_peer_poll(struct kvtierd *d)
+void cluster_peer_poll(struct cl_ctx *d)
 {
     if (d->cl) pg_poll(d);
 }

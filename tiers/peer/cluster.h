@@ -1,8 +1,12 @@
 /*
- * cluster.h -- membership of kvtierd daemons (see cluster.c).
+ * cluster.h -- membership of kvtierd daemons (see cluster.c), the global
+ * index (gidx.c) and GETs pulled from peers (pget.c): the peer tier.
  *
- * Ownership: struct cluster belongs to the core thread (d->cl); NULL when
- * cluster.listen is empty, and every function here accepts that.
+ * Ownership: the core owns a struct cl_ctx (zeroed; host and cfg filled)
+ * and passes it to every call; the room's state (struct cluster) hangs
+ * off it, NULL when cluster.listen is empty, and every function here
+ * accepts that. The core reaches the tier's GET and LOOKUP only through
+ * its struct tier (cluster_tier, tier.h).
  */
 #ifndef KVT_CLUSTER_H
 #define KVT_CLUSTER_H
@@ -11,46 +15,62 @@
 #include <stdint.h>
 
 #include "kvtier.pb-c.h"
+#include "tier_host.h"
 
-struct kvtierd;
+struct cluster;
 struct req;
+struct tier;
+
+#define CL_STR_MAX 512
+
+/* The tier's configuration ([cluster] keys and the few others it uses),
+ * filled by the core at start and again when SIGHUP reloads. */
+struct cl_conf {
+    char cluster_listen[CL_STR_MAX];
+    char cluster_seeds[CL_STR_MAX];
+    char cluster_membership[CL_STR_MAX];
+    uint64_t cluster_node_id, cluster_heartbeat_ms, cluster_failure_ms;
+    uint64_t cluster_replicas, cluster_lookup_ms, cluster_ucx_wakeup;
+    uint64_t lease_timeout_ms, max_chunk_bytes, max_keys, nvme_get_deadline_ms;
+};
+
+/* The tier's context: what it is built with, and its state. */
+struct cl_ctx {
+    const struct tier_host *host;
+    struct cl_conf cfg;
+    struct idx *idx;     /* host->idx */
+    struct dram *dram;   /* host->dram */
+    struct wq_cq *cq;    /* host->cq */
+    struct cluster *cl;  /* membership, or NULL without [cluster] */
+};
 
 /* Listen, dial the seeds. 0, or -1 (logged). Nothing when cluster.listen
  * is empty. */
-int cluster_open(struct kvtierd *d);
+int cluster_open(struct cl_ctx *d);
 /* The eventfd that wakes the core when daemon-to-daemon messages wait;
  * -1 without a cluster. */
-int cluster_fd(const struct kvtierd *d);
+int cluster_fd(const struct cl_ctx *d);
 /* Handle every queued message. Core thread. */
-void cluster_poll(struct kvtierd *d);
+void cluster_poll(struct cl_ctx *d);
 /* Heartbeats and failure detection; called every loop tick. */
-void cluster_tick(struct kvtierd *d);
+void cluster_tick(struct cl_ctx *d);
 /* The PEERS request. */
-void cluster_do_peers(struct req *r, struct kvtierd *d, Kvtier__Response *rsp);
-/* gidx.c: this node now holds (held = 1) or no longer holds the chunk in
- * a READY slot; its owners are told in the next batch. */
-void cluster_held(struct kvtierd *d, uint32_t slot, int held);
-/* store_lookup_walk: after the local pass filled lr (arena memory), ask
- * the owners of the keys missing here. 1: the request is parked and
- * answered later (lr is then discarded); 0: answer now with lr, updated
- * with what this node could tell alone. */
-int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                   const Kvtier__Lookup *q, Kvtier__LookupResp *lr);
-/* pget.c, from store_get_walk: GET after the local pass found
- * slots[0..n): fetch the rest from peers. 1: parked, answered later;
- * 0: answer now. */
-int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
-                const Kvtier__Get *q, const uint32_t *slots, size_t n);
+void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp);
+/* The peer tier behind tier.h (get: pull over UCX what peers hold;
+ * lookup: ask the owners of the keys missing here; committed / removed:
+ * tell the owners this node holds a chunk or no longer does); NULL
+ * without a cluster. */
+struct tier *cluster_tier(const struct cl_ctx *d);
 /* The global index's counters for /metrics; zeros without a cluster. */
 struct cluster_index_stats {
     uint64_t moved;          /* entries sent because their owners changed */
     uint64_t query_timeouts; /* owner queries unanswered by the deadline */
 };
-void cluster_index_stats(struct kvtierd *d, struct cluster_index_stats *st);
+void cluster_index_stats(struct cl_ctx *d, struct cluster_index_stats *st);
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
-int cluster_peer_fd(const struct kvtierd *d);
-void cluster_peer_poll(struct kvtierd *d);
+int cluster_peer_fd(const struct cl_ctx *d);
+void cluster_peer_poll(struct cl_ctx *d);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
-void cluster_close(struct kvtierd *d);
+void cluster_close(struct cl_ctx *d);
 
 #endif

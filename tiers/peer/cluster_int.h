@@ -12,6 +12,7 @@
 
 #include "cluster.h"
 #include "kvtier.h"
+#include "tier.h"
 #include "kvtier.pb-c.h"
 
 #define CL_ADDR_MAX 128
@@ -42,6 +43,8 @@ struct qmsg {
 struct gidx;
 
 struct cluster {
+    struct tier obj;       /* first: the peer tier behind tier.h */
+    struct cl_ctx *d;
     nng_socket pull;
     int pull_open;
     nng_aio *aio;
@@ -59,11 +62,17 @@ struct cluster {
     struct pgs *pg;        /* pget.c */
 };
 
+
+static inline uint64_t cl_clock(const struct cl_ctx *d)
+{
+    return d->host->clock_ms(d->host->core);
+}
+
 /* cluster.c */
 struct member *cl_find(struct cluster *c, uint32_t id);
 /* Fill in the sender and send without blocking (dropped if m is not
  * connected). pm stays the caller's. */
-void cl_send(struct kvtierd *d, struct member *m, Kvtier__PeerMsg *pm);
+void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm);
 /* Count a refused message; log it at most once a second. */
 void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why);
 static inline int cl_alive(const struct member *m)
@@ -72,18 +81,28 @@ static inline int cl_alive(const struct member *m)
 }
 
 /* gidx.c */
-int gx_open(struct kvtierd *d);
-void gx_close(struct kvtierd *d);
-void gx_tick(struct kvtierd *d);
+/* This node now holds (held = 1) or no longer holds the chunk in a READY
+ * slot (the tier's committed / removed ops); its owners are told in the
+ * next batch. */
+void cluster_held(struct cl_ctx *d, uint32_t slot, int held);
+/* The tier's lookup: after the local pass filled lr (arena memory), ask
+ * the owners of the keys missing here. 1: the request is parked and
+ * answered later (lr is then discarded); 0: answer now with lr, updated
+ * with what this node could tell alone. */
+int cluster_lookup(struct cl_ctx *d, uint32_t pipe, uint64_t req_id,
+                   const Kvtier__Lookup *q, Kvtier__LookupResp *lr);
+int gx_open(struct cl_ctx *d);
+void gx_close(struct cl_ctx *d);
+void gx_tick(struct cl_ctx *d);
 /* Member id became live (alive = 1) or no longer is: owners move; the
  * owners that entered are told what this node holds. */
-void gx_membership(struct kvtierd *d, uint32_t id, int alive);
+void gx_membership(struct cl_ctx *d, uint32_t id, int alive);
 /* Member id may have dropped what this node holds (it took this node for
  * dead): tell it again what it owns. */
-void gx_republish(struct kvtierd *d, uint32_t id);
+void gx_republish(struct cl_ctx *d, uint32_t id);
 /* This node is leaving: hand each entry it owns to the member that takes
  * its place, and send every batch now. Returns how many entries. */
-int gx_leave(struct kvtierd *d);
+int gx_leave(struct cl_ctx *d);
 struct gx_stats {
     uint64_t entries;        /* index entries held here as an owner */
     uint64_t moved;          /* entries sent because their owners changed */
@@ -95,36 +114,40 @@ struct gx_stats {
     uint32_t log;            /* changes not yet applied to every slot */
     uint32_t sweep;          /* 1: an owner-side sweep is due or under way */
 };
-void gx_stats(struct kvtierd *d, struct gx_stats *st);
+void gx_stats(struct cl_ctx *d, struct gx_stats *st);
 /* Why an index message from member m is malformed, or NULL. Checked
  * before the message counts for anything (liveness included). */
-const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);
+const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm);
 /* Daemon-to-daemon messages of the index, from member m (checked). */
-void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
+void gx_on_index(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr);
 uint64_t gx_ns_hash(const char *ns);
 /* Find a live holder other than this node for each of keys[0..n) (all in
  * one namespace): done(d, arg, holders, n) is called exactly once, with
  * holders[i] a member id or 0, within cluster.lookup_timeout_ms, maybe
  * before gx_resolve returns. keys must stay valid until then. */
-typedef void (*gx_done_fn)(struct kvtierd *d, void *arg, const uint32_t *holders,
+typedef void (*gx_done_fn)(struct cl_ctx *d, void *arg, const uint32_t *holders,
                            uint32_t n);
-void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
+void gx_resolve(struct cl_ctx *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
                 gx_done_fn done, void *arg);
 
 /* pget.c */
-int pg_open(struct kvtierd *d);
-void pg_close(struct kvtierd *d); /* answers parked GETs, closes endpoints */
-void pg_free(struct kvtierd *d);  /* after gx_close */
-void pg_tick(struct kvtierd *d);
-void pg_poll(struct kvtierd *d); /* the peer tier's fd: UCX, checksum results */
-void pg_member_down(struct kvtierd *d, struct member *m);
-const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);
-void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void pg_on_pinned(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void pg_on_unpin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm);
-void pg_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr);
+/* The tier's get: GET after the local pass found slots[0..n): fetch the
+ * rest from peers. 1: parked, answered later; 0: answer now. */
+int cluster_get(struct cl_ctx *d, uint32_t pipe, uint64_t req_id,
+                const Kvtier__Get *q, const uint32_t *slots, size_t n);
+int pg_open(struct cl_ctx *d);
+void pg_close(struct cl_ctx *d); /* answers parked GETs, closes endpoints */
+void pg_free(struct cl_ctx *d);  /* after gx_close */
+void pg_tick(struct cl_ctx *d);
+void pg_poll(struct cl_ctx *d); /* the peer tier's fd: UCX, checksum results */
+void pg_member_down(struct cl_ctx *d, struct member *m);
+const char *pg_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_pin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_pinned(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_on_unpin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+void pg_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr);
 
 #endif

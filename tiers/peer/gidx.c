@@ -73,11 +73,8 @@
 #include <xxhash.h>
 
 #include "cluster_int.h"
-#include "kvcache.h"
-#include "kvtierd.h"
 #include "log.h"
 #include "owners.h"
-#include "park.h"
 #include "wire.h"
 
 #define GX_HOLDERS 4
@@ -145,7 +142,7 @@ struct gidx {
     struct gx_ent *e;
     uint32_t used, cap, free_head, count;
     uint32_t *bucket, mask;
-    uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
+    uint64_t changed_ms; /* the last membership change (cl_clock) */
     uint32_t changes;    /* changes since the view was last settled */
     uint32_t sweep_next, sweep_left;
     /* The view: live members and this node, kept by gx_membership. */
@@ -171,7 +168,7 @@ struct gidx {
     uint64_t next_qid, peer_hits, timeouts, moved, handed;
 };
 
-static struct gidx *gx_of(struct kvtierd *d)
+static struct gidx *gx_of(struct cl_ctx *d)
 {
     return d->cl ? d->cl->gx : NULL;
 }
@@ -260,7 +257,7 @@ static void hold_del(struct gidx *g, uint32_t i, uint32_t id)
 }
 
 /* Holder id holds (drop = 0) or no longer holds the chunk. */
-static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t nsh,
+static void gx_apply(struct cl_ctx *d, uint32_t id, const kvt_key *k, uint64_t nsh,
                      int drop)
 {
     struct gidx *g = gx_of(d);
@@ -287,7 +284,7 @@ static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t 
 /* ------------------------------------------------------------ ownership */
 
 /* The live members and this node. */
-static const uint32_t *view_of(struct kvtierd *d, uint32_t *n)
+static const uint32_t *view_of(struct cl_ctx *d, uint32_t *n)
 {
     struct gidx *g = gx_of(d);
     *n = g->nview;
@@ -318,7 +315,7 @@ static int view_set(struct gidx *g, uint32_t id, int alive)
 
 /* The r best-scored of the live members and this node for (k, nsh),
  * best first; returns how many (1..r). */
-static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t r,
+static uint32_t top_scored(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t r,
                            uint32_t *out)
 {
     uint32_t nv;
@@ -327,22 +324,22 @@ static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, ui
 }
 
 /* The owners of (k, nsh), best first; returns how many (1..R). */
-static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
+static uint32_t owners(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
 {
     return top_scored(d, k, nsh, gx_of(d)->r, out);
 }
 
 /* 1 once views had cluster.failure_timeout_ms to agree since the last
  * membership change. */
-static int settled(struct kvtierd *d)
+static int settled(struct cl_ctx *d)
 {
     const struct gidx *g = gx_of(d);
-    return kvtierd_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
+    return cl_clock(d) - g->changed_ms >= d->cfg.cluster_failure_ms;
 }
 
 /* Whom to ask about (k, nsh): its owners, and while the view settles one
  * more per change (the owners from before it). */
-static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
+static uint32_t owners_to_ask(struct cl_ctx *d, const kvt_key *k, uint64_t nsh,
                               uint32_t *out)
 {
     uint32_t r = gx_of(d)->r;
@@ -365,7 +362,7 @@ static struct gx_batch **bt_head(struct gidx *g, uint32_t owner)
 }
 
 /* Send b to its owner (dropped if it is no longer a member) and free it. */
-static void flush_batch(struct kvtierd *d, struct gx_batch *b)
+static void flush_batch(struct cl_ctx *d, struct gx_batch *b)
 {
     struct gidx *g = gx_of(d);
     struct gx_batch **pp = bt_head(g, b->owner);
@@ -390,7 +387,7 @@ static void flush_batch(struct kvtierd *d, struct gx_batch *b)
     free(b);
 }
 
-static void flush_fullest(struct kvtierd *d)
+static void flush_fullest(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     struct gx_batch *best = NULL;
@@ -401,10 +398,10 @@ static void flush_fullest(struct kvtierd *d)
 }
 
 /* Send the batches due: all of them, or those urgent or old enough. */
-static void flush_due(struct kvtierd *d, int all)
+static void flush_due(struct cl_ctx *d, int all)
 {
     struct gidx *g = gx_of(d);
-    uint64_t now = kvtierd_clock(d);
+    uint64_t now = cl_clock(d);
     for (uint32_t i = 0; i < GX_BT_BUCKETS && g->n_batches; i++)
         for (struct gx_batch *b = g->bt[i], *next; b; b = next) {
             next = b->next;
@@ -412,7 +409,7 @@ static void flush_due(struct kvtierd *d, int all)
         }
 }
 
-static struct gx_batch *batch_for(struct kvtierd *d, uint32_t owner)
+static struct gx_batch *batch_for(struct cl_ctx *d, uint32_t owner)
 {
     struct gidx *g = gx_of(d);
     struct gx_batch *b = *bt_head(g, owner);
@@ -422,7 +419,7 @@ static struct gx_batch *batch_for(struct kvtierd *d, uint32_t owner)
     if (!(b = malloc(sizeof *b))) abort(); /* control-plane allocation */
     b->owner = owner;
     b->n = 0;
-    b->born_ms = kvtierd_clock(d);
+    b->born_ms = cl_clock(d);
     b->urgent = b->handoff = 0;
     b->next = *bt_head(g, owner);
     *bt_head(g, owner) = b;
@@ -432,7 +429,7 @@ static struct gx_batch *batch_for(struct kvtierd *d, uint32_t owner)
 
 /* Queue "holder holds (or dropped) (k, nsh)" for owner; holder 0: this
  * node. urgent: a put or a drop, sent on the next tick. */
-static void queue_update(struct kvtierd *d, uint32_t owner, const kvt_key *k, uint64_t nsh,
+static void queue_update(struct cl_ctx *d, uint32_t owner, const kvt_key *k, uint64_t nsh,
                          int drop, uint32_t holder, int urgent)
 {
     struct gx_batch *b = batch_for(d, owner);
@@ -446,7 +443,7 @@ static void queue_update(struct kvtierd *d, uint32_t owner, const kvt_key *k, ui
 }
 
 /* Tell owner that this node holds (or dropped) (k, nsh). */
-static void tell(struct kvtierd *d, uint32_t owner, const kvt_key *k, uint64_t nsh, int drop,
+static void tell(struct cl_ctx *d, uint32_t owner, const kvt_key *k, uint64_t nsh, int drop,
                  int urgent)
 {
     if (owner == d->cl->self_id) gx_apply(d, owner, k, nsh, drop);
@@ -461,7 +458,7 @@ static uint32_t seq_now(const struct gidx *g)
 }
 
 /* Slot s's record (grown on demand, zeroed: never told). */
-static uint32_t *slot_rec(struct kvtierd *d, uint32_t s)
+static uint32_t *slot_rec(struct cl_ctx *d, uint32_t s)
 {
     struct gidx *g = gx_of(d);
     if (s >= g->so_slots) {
@@ -493,7 +490,7 @@ static void rec_store(const struct gidx *g, uint32_t *rec, const uint32_t *o, ui
 
 /* Apply the logged changes since seq to owners o[0..*n); the members to
  * tell go to tl (*nt of them; *nt > GX_TELL_MAX: tell every owner). */
-static void replay(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t seq,
+static void replay(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t seq,
                    uint32_t *o, uint32_t *n, uint32_t *tl, uint32_t *nt)
 {
     struct gidx *g = gx_of(d);
@@ -510,7 +507,7 @@ static void replay(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t s
 
 /* Bring slot s (holding (k, nsh)) up to date with the log; tell the
  * owners that must hear of it when `send`. Its owners out (*n). */
-static void catch_up(struct kvtierd *d, uint32_t s, const kvt_key *k, uint64_t nsh,
+static void catch_up(struct cl_ctx *d, uint32_t s, const kvt_key *k, uint64_t nsh,
                      int send, uint32_t *o, uint32_t *n)
 {
     struct gidx *g = gx_of(d);
@@ -530,12 +527,12 @@ static void catch_up(struct kvtierd *d, uint32_t s, const kvt_key *k, uint64_t n
     rec_store(g, rec, o, *n, seq_now(g));
 }
 
-void cluster_held(struct kvtierd *d, uint32_t slot, int held)
+void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
-    const struct idx_entry *e = idx_at(&d->idx, slot);
-    uint64_t nsh = gx_ns_hash(d->ns.v[e->ns].name);
+    const struct idx_entry *e = idx_at(d->idx, slot);
+    uint64_t nsh = gx_ns_hash(d->host->ns_name(d->host->core, e->ns));
     uint32_t o[GX_MAX_REPLICAS], n, was[GX_MAX_REPLICAS], nw;
     uint32_t *rec = slot_rec(d, slot);
     if (held) {
@@ -556,16 +553,16 @@ void cluster_held(struct kvtierd *d, uint32_t slot, int held)
 }
 
 /* Every slot once more, from the cursor on: after a change, or at open. */
-static void pass_extend(struct kvtierd *d)
+static void pass_extend(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
-    if (!g->pass) g->pass_due_ms = kvtierd_clock(d) + GX_DEBOUNCE_MS;
+    if (!g->pass) g->pass_due_ms = cl_clock(d) + GX_DEBOUNCE_MS;
     g->pass = 1;
-    g->left = d->idx.used;
+    g->left = d->idx->used;
     g->sweep_left = g->used;
 }
 
-static void log_change(struct kvtierd *d, uint32_t id, enum ow_change kind)
+static void log_change(struct cl_ctx *d, uint32_t id, enum ow_change kind)
 {
     struct gidx *g = gx_of(d);
     if (g->log_n == GX_LOG_MAX) { /* older slots are told in full */
@@ -576,13 +573,13 @@ static void log_change(struct kvtierd *d, uint32_t id, enum ow_change kind)
     pass_extend(d);
 }
 
-void gx_membership(struct kvtierd *d, uint32_t id, int alive)
+void gx_membership(struct cl_ctx *d, uint32_t id, int alive)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
     if (settled(d)) g->changes = 0;
     if (g->changes < GX_MAX_REPLICAS) g->changes++;
-    g->changed_ms = kvtierd_clock(d);
+    g->changed_ms = cl_clock(d);
     if (id != d->cl->self_id && view_set(g, id, alive)) { /* not a restart */
         if (g->olog_n == GX_LOG_MAX) { /* older entries are counted anew */
             g->olog_base += g->olog_n + 1;
@@ -593,28 +590,28 @@ void gx_membership(struct kvtierd *d, uint32_t id, int alive)
     log_change(d, id, alive ? OW_JOIN : OW_LEAVE);
 }
 
-void gx_republish(struct kvtierd *d, uint32_t id)
+void gx_republish(struct cl_ctx *d, uint32_t id)
 {
     if (gx_of(d)) log_change(d, id, OW_RESEND);
 }
 
-static void visit(struct kvtierd *d, uint32_t s)
+static void visit(struct cl_ctx *d, uint32_t s)
 {
-    const struct idx_entry *e = idx_at(&d->idx, s);
+    const struct idx_entry *e = idx_at(d->idx, s);
     uint32_t o[GX_MAX_REPLICAS], n;
     if (e->state != IDX_READY) return;
-    catch_up(d, s, &e->key, gx_ns_hash(d->ns.v[e->ns].name), 1, o, &n);
+    catch_up(d, s, &e->key, gx_ns_hash(d->host->ns_name(d->host->core, e->ns)), 1, o, &n);
 }
 
-static void pass_slice(struct kvtierd *d)
+static void pass_slice(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
-    if (!g->pass || kvtierd_clock(d) < g->pass_due_ms) return;
-    for (uint32_t k = 0; k < GX_REPUB_SLICE && g->left && d->idx.used; k++, g->left--) {
-        if (g->cursor >= d->idx.used) g->cursor = 0;
+    if (!g->pass || cl_clock(d) < g->pass_due_ms) return;
+    for (uint32_t k = 0; k < GX_REPUB_SLICE && g->left && d->idx->used; k++, g->left--) {
+        if (g->cursor >= d->idx->used) g->cursor = 0;
         visit(d, g->cursor++);
     }
-    if (g->left && d->idx.used) return;
+    if (g->left && d->idx->used) return;
     g->pass = 0; /* every READY slot reflects the whole log */
     g->left = 0;
     g->log_base = seq_now(g);
@@ -624,7 +621,7 @@ static void pass_slice(struct kvtierd *d)
 
 /* Count anew who outranks this node for entry i (O(N)), and drop its
  * holders that are not live. */
-static void recount(struct kvtierd *d, uint32_t i)
+static void recount(struct cl_ctx *d, uint32_t i)
 {
     struct gidx *g = gx_of(d);
     struct gx_ent *e = &g->e[i];
@@ -644,7 +641,7 @@ static void recount(struct kvtierd *d, uint32_t i)
  * leaver that did lifts it, and a leaver stops being a holder. 2 scores
  * per change; a count anew (O(N)) only the first time, or when the log
  * was dropped, or after a lift from 255. Returns 0 if the entry went. */
-static int replay_entry(struct kvtierd *d, uint32_t i)
+static int replay_entry(struct cl_ctx *d, uint32_t i)
 {
     struct gidx *g = gx_of(d);
     struct gx_ent *e = &g->e[i];
@@ -670,7 +667,7 @@ static int replay_entry(struct kvtierd *d, uint32_t i)
  * after each change, once the view has settled (askers may count on
  * them until then). When the lap is over every entry reflects the view
  * changes logged, and that log is emptied. */
-static void sweep_slice(struct kvtierd *d)
+static void sweep_slice(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g->sweep_left || !settled(d)) return;
@@ -687,7 +684,7 @@ static void sweep_slice(struct kvtierd *d)
 
 /* ------------------------------------------------------------- leaving */
 
-int gx_leave(struct kvtierd *d)
+int gx_leave(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return 0;
@@ -737,7 +734,7 @@ static struct gq *find_query(struct gidx *g, uint64_t qid)
     return q;
 }
 
-const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm)
+const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     const Kvtier__PeerWhoHas *w = pm->who_has;
@@ -758,7 +755,7 @@ const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__Pe
     }
 }
 
-void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_index(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     for (size_t i = 0; i < ix->n_keys; i++)
@@ -767,7 +764,7 @@ void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 }
 
 /* A live holder of entry i other than `not`, or 0. */
-static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t not)
+static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t not)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
@@ -780,7 +777,7 @@ static uint32_t live_holder(struct kvtierd *d, const kvt_key *k, uint64_t nsh, u
     return 0;
 }
 
-void gx_on_who_has(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerWhoHas *w = pm->who_has;
     uint32_t *h = calloc(w->n_keys + 1, sizeof *h);
@@ -825,7 +822,7 @@ static void park_unlink(struct gidx *g, struct gpark *p)
 }
 
 /* Answer p with what it has and free it (its queries must be gone). */
-static void park_finish(struct kvtierd *d, struct gpark *p)
+static void park_finish(struct cl_ctx *d, struct gpark *p)
 {
     park_unlink(gx_of(d), p);
     if (p->done) {
@@ -838,10 +835,10 @@ static void park_finish(struct kvtierd *d, struct gpark *p)
     lr.n_tiers = p->n;
     lr.n_present = leading(p->tiers, p->n);
     Kvtier__Response rsp = KVTIER__RESPONSE__INIT;
-    rsp.id = park_req_id(p->park);
+    rsp.id = d->host->park_req_id(p->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_LOOKUP;
     rsp.lookup = &lr;
-    park_answer(d, p->park, &rsp);
+    d->host->park_answer(d->host->core, p->park, &rsp);
     park_free(p);
 }
 
@@ -856,7 +853,7 @@ static void gq_unlink(struct gidx *g, struct gq *q)
     free(q);
 }
 
-void gx_on_holders(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     struct gidx *g = gx_of(d);
     (void)m; /* gx_check matched it to the query */
@@ -894,7 +891,7 @@ static void ask(struct gidx *g, struct gpark *p, uint32_t owner, uint32_t i)
     q->idx[q->n++] = i;
 }
 
-static void send_query(struct kvtierd *d, struct gq *q, uint64_t nsh)
+static void send_query(struct cl_ctx *d, struct gq *q, uint64_t nsh)
 {
     ProtobufCBinaryData *kv = calloc(q->n, sizeof *kv);
     uint64_t *nv = calloc(q->n, sizeof *nv);
@@ -943,7 +940,7 @@ static void park_discard(struct gidx *g, struct gpark *p)
 }
 
 /* Resolve what this node owns now; queue queries for the rest. */
-static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
+static void plan(struct cl_ctx *d, struct gpark *p, uint64_t nsh)
 {
     struct gidx *g = gx_of(d);
     struct cluster *c = d->cl;
@@ -961,23 +958,25 @@ static void plan(struct kvtierd *d, struct gpark *p, uint64_t nsh)
     }
 }
 
-static void expire_one(struct kvtierd *d, struct gpark *p);
+static void expire_one(struct cl_ctx *d, struct gpark *p);
 
 /* park.c: the client left; its answers, if any come, find no query. */
-static void lookup_gone(struct kvtierd *d, void *owner)
+static void lookup_gone(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     park_unlink(gx_of(d), owner);
     park_discard(gx_of(d), owner);
 }
 
-static void lookup_due(struct kvtierd *d, void *owner)
+static void lookup_due(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     expire_one(d, owner);
 }
 
 static const struct park_ops lookup_ops = {lookup_gone, lookup_due};
 
-int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+int cluster_lookup(struct cl_ctx *d, uint32_t pipe, uint64_t req_id,
                    const Kvtier__Lookup *q, Kvtier__LookupResp *lr)
 {
     struct gidx *g = gx_of(d);
@@ -985,14 +984,14 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     uint64_t nsh = gx_ns_hash(q->ns);
     struct gpark *p = park_new(q, lr);
     plan(d, p, nsh);
-    if (p->pending) p->park = park_defer(d, pipe, req_id, &lookup_ops, p);
+    if (p->pending) p->park = d->host->park(d->host->core, pipe, req_id, &lookup_ops, d, p);
     if (!p->park) { /* nothing to ask, or no room to wait: what is known */
         memcpy(lr->tiers, p->tiers, p->n * sizeof *p->tiers);
         lr->n_present = leading(p->tiers, p->n);
         park_discard(g, p);
         return 0;
     }
-    park_set_deadline(d, p->park, kvtierd_clock(d) + d->cfg.cluster_lookup_ms);
+    d->host->park_deadline(d->host->core, p->park, cl_clock(d) + d->cfg.cluster_lookup_ms);
     p->next = g->parks;
     g->parks = p;
     for (struct gq *x = g->qs; x; x = x->next)
@@ -1000,7 +999,7 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     return 1;
 }
 
-void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
+void gx_resolve(struct cl_ctx *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
                 gx_done_fn done, void *arg)
 {
     struct gidx *g = gx_of(d);
@@ -1015,7 +1014,7 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
     p->done = done;
     p->arg = arg;
     plan(d, p, nsh);
-    p->deadline = kvtierd_clock(d) + d->cfg.cluster_lookup_ms;
+    p->deadline = cl_clock(d) + d->cfg.cluster_lookup_ms;
     p->next = g->parks;
     g->parks = p;
     if (!p->pending) {
@@ -1027,7 +1026,7 @@ void gx_resolve(struct kvtierd *d, const kvt_key *keys, uint32_t n, uint64_t nsh
 }
 
 /* Past its deadline: drop the queries still out, answer what is known. */
-static void expire_one(struct kvtierd *d, struct gpark *p)
+static void expire_one(struct cl_ctx *d, struct gpark *p)
 {
     struct gidx *g = gx_of(d);
     for (struct gq *q = g->qs, *qn; q; q = qn) {
@@ -1040,7 +1039,7 @@ static void expire_one(struct kvtierd *d, struct gpark *p)
 }
 
 /* Resolutions for pget.c (no client, so no park deadline). */
-static void expire(struct kvtierd *d, uint64_t now)
+static void expire(struct cl_ctx *d, uint64_t now)
 {
     for (struct gpark *p = gx_of(d)->parks, *next; p; p = next) {
         next = p->next;
@@ -1050,17 +1049,17 @@ static void expire(struct kvtierd *d, uint64_t now)
 
 /* ------------------------------------------------------------ lifecycle */
 
-void gx_tick(struct kvtierd *d)
+void gx_tick(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
     pass_slice(d);
     sweep_slice(d);
     flush_due(d, 0);
-    expire(d, kvtierd_clock(d));
+    expire(d, cl_clock(d));
 }
 
-int gx_open(struct kvtierd *d)
+int gx_open(struct cl_ctx *d)
 {
     struct gidx *g = calloc(1, sizeof *g);
     if (!g) abort();
@@ -1079,7 +1078,7 @@ int gx_open(struct kvtierd *d)
     return 0;
 }
 
-void gx_close(struct kvtierd *d)
+void gx_close(struct cl_ctx *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
@@ -1098,7 +1097,7 @@ void gx_close(struct kvtierd *d)
     d->cl->gx = NULL;
 }
 
-void gx_stats(struct kvtierd *d, struct gx_stats *st)
+void gx_stats(struct cl_ctx *d, struct gx_stats *st)
 {
     struct gidx *g = gx_of(d);
     memset(st, 0, sizeof *st);
@@ -1114,14 +1113,14 @@ void gx_stats(struct kvtierd *d, struct gx_stats *st)
     st->sweep = g->sweep_left > 0;
 }
 
-void cluster_index_stats(struct kvtierd *d, struct cluster_index_stats *st)
+void cluster_index_stats(struct cl_ctx *d, struct cluster_index_stats *st)
 {
     struct gidx *g = gx_of(d);
     st->moved = g ? g->moved : 0;
     st->query_timeouts = g ? g->timeouts : 0;
 }
 
-void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
+void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;

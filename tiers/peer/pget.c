@@ -33,13 +33,8 @@
 
 #include "cluster_int.h"
 #include "fault.h"
-#include "handlers.h"
-#include "kvcache.h"
-#include "kvtierd.h"
 #include "log.h"
-#include "park.h"
 #include "peer.h"
-#include "store.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -69,7 +64,7 @@ struct ppin { /* one PeerPin sent, until its chunks are in */
 };
 
 struct pget {
-    struct kvtierd *d;
+    struct cl_ctx *d;
     struct park *park; /* while parked; NULL once answered or never */
     uint32_t pipe;
     uint64_t req_id, deadline;
@@ -99,21 +94,21 @@ struct pgs {
     uint64_t hits, bad_csum, fetch_failed, expired;
 };
 
-static struct pgs *pg_of(struct kvtierd *d)
+static struct pgs *pg_of(struct cl_ctx *d)
 {
     return d->cl ? d->cl->pg : NULL;
 }
 
 /* ---------------------------------------------------------- holder side */
 
-static void hpin_release(struct kvtierd *d, struct hpin *h)
+static void hpin_release(struct cl_ctx *d, struct hpin *h)
 {
-    if (h->flipped != IDX_NONE) ((uint8_t *)store_ptr(d, h->flipped))[0] ^= 0xff;
+    if (h->flipped != IDX_NONE) ((uint8_t *)th_ptr(d->host, h->flipped))[0] ^= 0xff;
     for (uint32_t i = 0; i < h->n; i++) {
         uint32_t s = h->slot[i];
         if (s == IDX_NONE) continue;
-        if (idx_unpin(&d->idx, s) == 0 && idx_at(&d->idx, s)->state == IDX_DOOMED)
-            store_free(d, s);
+        if (idx_unpin(d->idx, s) == 0 && idx_at(d->idx, s)->state == IDX_DOOMED)
+            d->host->free_slot(d->host->core, s);
     }
     free(h->slot);
     free(h);
@@ -121,7 +116,7 @@ static void hpin_release(struct kvtierd *d, struct hpin *h)
 
 /* Unpin the pin id of peer; with id 0, every pin of peer; with peer 0
  * too, those past their deadline at now. */
-static void hpins_drop(struct kvtierd *d, uint32_t peer, uint64_t now, uint64_t id)
+static void hpins_drop(struct cl_ctx *d, uint32_t peer, uint64_t now, uint64_t id)
 {
     struct pgs *s = pg_of(d);
     for (struct hpin **pp = &s->hpins, *h; (h = *pp);) {
@@ -137,17 +132,17 @@ static void hpins_drop(struct kvtierd *d, uint32_t peer, uint64_t now, uint64_t 
     peer_serving(d->cl->pt, s->hpins != NULL);
 }
 
-static uint32_t pin_one(struct kvtierd *d, uint16_t ns, const uint8_t *key)
+static uint32_t pin_one(struct cl_ctx *d, uint16_t ns, const uint8_t *key)
 {
     if (ns == NS_NONE) return IDX_NONE;
-    uint32_t s = idx_find(&d->idx, ns, (const kvt_key *)key);
-    if (s == IDX_NONE || idx_at(&d->idx, s)->state != IDX_READY || !store_in_dram(d, s))
+    uint32_t s = idx_find(d->idx, ns, (const kvt_key *)key);
+    if (s == IDX_NONE || idx_at(d->idx, s)->state != IDX_READY || !th_in_dram(d->host, s))
         return IDX_NONE;
-    idx_pin(&d->idx, s);
+    idx_pin(d->idx, s);
     return s;
 }
 
-static void send_pinned(struct kvtierd *d, struct member *m, uint64_t id,
+static void send_pinned(struct cl_ctx *d, struct member *m, uint64_t id,
                         const struct hpin *h)
 {
     uint64_t *v = calloc(3 * (size_t)h->n + 1, sizeof *v);
@@ -158,8 +153,8 @@ static void send_pinned(struct kvtierd *d, struct member *m, uint64_t id,
     pd.offset = v, pd.size = v + h->n, pd.checksum = v + 2 * (size_t)h->n;
     for (uint32_t i = 0; i < h->n; i++) {
         if (h->slot[i] == IDX_NONE) continue;
-        const struct idx_entry *e = idx_at(&d->idx, h->slot[i]);
-        pd.offset[i] = store_off(d, h->slot[i]);
+        const struct idx_entry *e = idx_at(d->idx, h->slot[i]);
+        pd.offset[i] = th_off(d->host, h->slot[i]);
         pd.size[i] = e->size;
         pd.checksum[i] = e->csum;
     }
@@ -170,23 +165,23 @@ static void send_pinned(struct kvtierd *d, struct member *m, uint64_t id,
     free(v);
 }
 
-void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void pg_on_pin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerPin *p = pm->pin;
     struct hpin *h = calloc(1, sizeof *h);
     if (!h || !(h->slot = calloc(p->n_keys + 1, sizeof *h->slot))) abort();
-    uint16_t ns = ns_find(&d->ns, p->ns);
+    uint16_t ns = d->host->ns_find(d->host->core, p->ns);
     uint32_t pinned = 0;
     h->id = p->pin_id;
     h->peer = m->id;
     h->n = (uint32_t)p->n_keys;
     h->flipped = IDX_NONE;
-    h->deadline = kvtierd_clock(d) + d->cfg.lease_timeout_ms;
+    h->deadline = cl_clock(d) + d->cfg.lease_timeout_ms;
     for (uint32_t i = 0; i < h->n; i++)
         pinned += (h->slot[i] = pin_one(d, ns, p->keys[i].data)) != IDX_NONE;
     for (uint32_t i = 0; i < h->n && pinned; i++) {
         if (h->slot[i] == IDX_NONE || !fault_hit(FAULT_PEER_CORRUPT)) continue;
-        ((uint8_t *)store_ptr(d, h->slot[i]))[0] ^= 0xff; /* restored at unpin */
+        ((uint8_t *)th_ptr(d->host, h->slot[i]))[0] ^= 0xff; /* restored at unpin */
         h->flipped = h->slot[i];
         break;
     }
@@ -200,14 +195,14 @@ void pg_on_pin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
     peer_serving(d->cl->pt, 1);
 }
 
-void pg_on_unpin(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void pg_on_unpin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     hpins_drop(d, m->id, 0, pm->unpin->pin_id);
 }
 
 /* ------------------------------------------------------- requester side */
 
-static void send_unpin(struct kvtierd *d, uint32_t holder, uint64_t id)
+static void send_unpin(struct cl_ctx *d, uint32_t holder, uint64_t id)
 {
     struct member *m = cl_find(d->cl, holder);
     if (!m) return;
@@ -219,7 +214,7 @@ static void send_unpin(struct kvtierd *d, uint32_t holder, uint64_t id)
     cl_send(d, m, &pm);
 }
 
-static void pget_free(struct kvtierd *d, struct pget *g)
+static void pget_free(struct cl_ctx *d, struct pget *g)
 {
     struct pgs *s = pg_of(d);
     for (struct pget **pp = &s->gets; *pp; pp = &(*pp)->next)
@@ -227,28 +222,28 @@ static void pget_free(struct kvtierd *d, struct pget *g)
             *pp = g->next;
             break;
         }
-    ns_unhold(d, g->ns);
+    d->host->ns_unhold(d->host->core, g->ns);
     free(g->keys);
     free(g->slots);
     free(g->it);
     free(g);
 }
 
-static void maybe_free(struct kvtierd *d, struct pget *g)
+static void maybe_free(struct cl_ctx *d, struct pget *g)
 {
     if (g->answered && !g->fetching && !g->pins_out && !g->resolving) pget_free(d, g);
 }
 
 /* Commit the verified chunks in key order, each the parent of the next. */
-static void commit_fetched(struct kvtierd *d, struct pget *g)
+static void commit_fetched(struct cl_ctx *d, struct pget *g)
 {
     for (uint32_t k = g->n_local; k < g->n_keys; k++) {
         struct pitem *it = &g->it[k];
         if (it->st != PI_OK) continue;
         uint32_t parent = k && g->slots[k - 1] != IDX_NONE ? g->slots[k - 1] : IDX_NONE;
-        if (parent != IDX_NONE && idx_at(&d->idx, parent)->state != IDX_READY)
+        if (parent != IDX_NONE && idx_at(d->idx, parent)->state != IDX_READY)
             parent = IDX_NONE;
-        store_commit(d, it->slot, it->csum, parent);
+        d->host->commit(d->host->core, it->slot, it->csum, parent);
         g->slots[k] = it->slot;
         it->st = PI_NONE; /* the index owns it now */
         pg_of(d)->hits++;
@@ -256,36 +251,32 @@ static void commit_fetched(struct kvtierd *d, struct pget *g)
 }
 
 /* Let go of the local prefix pinned while the GET waited. */
-static void unpin_local(struct kvtierd *d, struct pget *g)
+static void unpin_local(struct cl_ctx *d, struct pget *g)
 {
     for (uint32_t k = 0; k < g->n_local; k++)
-        if (idx_unpin(&d->idx, g->slots[k]) == 0 &&
-            idx_at(&d->idx, g->slots[k])->state == IDX_DOOMED)
-            store_free(d, g->slots[k]), g->slots[k] = IDX_NONE;
+        if (idx_unpin(d->idx, g->slots[k]) == 0 &&
+            idx_at(d->idx, g->slots[k])->state == IDX_DOOMED)
+            d->host->free_slot(d->host->core, g->slots[k]), g->slots[k] = IDX_NONE;
 }
 
 /* Answer with the local prefix plus the verified chunks that follow
  * (nothing is sent once the client left: g->park is NULL then). */
-static void answer(struct kvtierd *d, struct pget *g)
+static void answer(struct cl_ctx *d, struct pget *g)
 {
     commit_fetched(d, g);
     uint32_t n = 0;
     unpin_local(d, g);
     while (n < g->n_keys && g->slots[n] != IDX_NONE &&
-           idx_at(&d->idx, g->slots[n])->state == IDX_READY)
+           idx_at(d->idx, g->slots[n])->state == IDX_READY)
         n++;
     g->answered = 1;
     if (!g->park) return;
-    Kvtier__Response rsp;
-    void *scratch = NULL;
-    handle_get_answer(d, g->pipe, g->req_id, g->ns, g->inline_, g->n_keys, g->slots,
-                      n, &rsp, &scratch);
-    park_answer(d, g->park, &rsp);
+    d->host->get_answer(d->host->core, g->park, g->ns, g->inline_, g->n_keys,
+                        g->slots, n);
     g->park = NULL;
-    handle_response_free(&rsp, scratch);
 }
 
-static void ppin_free(struct kvtierd *d, struct ppin *p)
+static void ppin_free(struct cl_ctx *d, struct ppin *p)
 {
     struct pgs *s = pg_of(d);
     for (struct ppin **pp = &s->pins; *pp; pp = &(*pp)->next)
@@ -298,7 +289,7 @@ static void ppin_free(struct kvtierd *d, struct ppin *p)
     free(p);
 }
 
-static void settle(struct kvtierd *d, struct pget *g)
+static void settle(struct cl_ctx *d, struct pget *g)
 {
     if (g->sync) return;
     if (!g->answered && !g->fetching && !g->pins_out && !g->resolving) answer(d, g);
@@ -307,12 +298,12 @@ static void settle(struct kvtierd *d, struct pget *g)
 
 /* The item is settled (verified, or a miss): free its space if it will
  * not be kept; unpin once its pin is done. */
-static void item_done(struct kvtierd *d, struct pitem *it)
+static void item_done(struct cl_ctx *d, struct pitem *it)
 {
     struct pget *g = it->g;
     g->fetching--;
     if (it->st == PI_MISS || g->answered) {
-        store_free(d, it->slot);
+        d->host->free_slot(d->host->core, it->slot);
         it->st = PI_MISS;
     }
     struct ppin *p = it->pin;
@@ -327,7 +318,7 @@ static void item_done(struct kvtierd *d, struct pitem *it)
 static void verified(struct wq_job *j)
 {
     struct pitem *it = (struct pitem *)((char *)j - offsetof(struct pitem, check));
-    struct kvtierd *d = it->g->d;
+    struct cl_ctx *d = it->g->d;
     if (!it->check.ok) {
         pg_of(d)->bad_csum++;
         log_warn("peer", "chunk from node %u failed its checksum: a miss",
@@ -347,7 +338,7 @@ static void fetched(void *arg, int status)
 {
     struct pitem *it = arg;
     struct pget *g = it->g;
-    struct kvtierd *d = g->d;
+    struct cl_ctx *d = g->d;
     struct pgs *s = pg_of(d);
     it->f = NULL;
     if (status != 0 || !s->wq) {
@@ -356,30 +347,30 @@ static void fetched(void *arg, int status)
         item_done(d, it);
         return;
     }
-    wq_csum_init(&it->check, store_ptr(d, it->slot), idx_at(&d->idx, it->slot)->size,
+    wq_csum_init(&it->check, th_ptr(d->host, it->slot), idx_at(d->idx, it->slot)->size,
                  it->csum, verified);
     it->st = PI_VERIFY;
     wq_submit(s->wq, &it->check.job);
 }
 
 /* Start pulling item k of g from the holder's pool. */
-static int start_fetch(struct kvtierd *d, struct pget *g, struct ppin *p, uint32_t k,
+static int start_fetch(struct cl_ctx *d, struct pget *g, struct ppin *p, uint32_t k,
                        uint64_t off, uint64_t size, uint64_t csum)
 {
     struct pitem *it = &g->it[k];
     struct member *m = cl_find(d->cl, p->holder);
     uint32_t slot;
     if (!m || !peer_conn_ok(m->conn) || size == 0 || size > d->cfg.max_chunk_bytes ||
-        idx_find(&d->idx, g->ns, &g->keys[k]) != IDX_NONE ||
-        store_reserve(d, g->ns, &g->keys[k], size, &slot) != KVT_OK)
+        idx_find(d->idx, g->ns, &g->keys[k]) != IDX_NONE ||
+        d->host->reserve(d->host->core, g->ns, &g->keys[k], size, &slot) != KVT_OK)
         return 0;
     it->g = g;
     it->pin = p;
     it->slot = slot;
     it->csum = csum;
-    it->f = peer_fetch(d->cl->pt, m->conn, off, store_ptr(d, slot), size, fetched, it);
+    it->f = peer_fetch(d->cl->pt, m->conn, off, th_ptr(d->host, slot), size, fetched, it);
     if (!it->f) {
-        store_free(d, slot);
+        d->host->free_slot(d->host->core, slot);
         return 0;
     }
     it->st = PI_FETCH;
@@ -393,7 +384,7 @@ static int pinned_ok(const struct ppin *p, const Kvtier__PeerPinned *pd)
     return pd->n_offset == p->n && pd->n_size == p->n && pd->n_checksum == p->n;
 }
 
-const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm)
+const char *pg_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm)
 {
     if (pm->body_case == KVTIER__PEER_MSG__BODY_PIN) {
         const Kvtier__PeerPin *p = pm->pin;
@@ -410,7 +401,7 @@ const char *pg_check(struct kvtierd *d, const struct member *m, const Kvtier__Pe
     return pinned_ok(p, pm->pinned) ? NULL : "malformed pinned answer";
 }
 
-void pg_on_pinned(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
+void pg_on_pinned(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerPinned *pd = pm->pinned;
     struct ppin *p = pg_of(d)->pins;
@@ -427,7 +418,7 @@ void pg_on_pinned(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm
 }
 
 /* Ask holder for keys of g at indices k[0..n). */
-static void send_pin(struct kvtierd *d, struct pget *g, uint32_t holder, const uint32_t *k,
+static void send_pin(struct cl_ctx *d, struct pget *g, uint32_t holder, const uint32_t *k,
                      uint32_t n, const char *ns)
 {
     struct pgs *s = pg_of(d);
@@ -456,7 +447,7 @@ static void send_pin(struct kvtierd *d, struct pget *g, uint32_t holder, const u
 }
 
 /* Holders known: pin the leading run of keys a connected peer holds. */
-static void resolved(struct kvtierd *d, void *arg, const uint32_t *holders, uint32_t n)
+static void resolved(struct cl_ctx *d, void *arg, const uint32_t *holders, uint32_t n)
 {
     struct pget *g = arg;
     g->resolving = 0;
@@ -478,20 +469,20 @@ static void resolved(struct kvtierd *d, void *arg, const uint32_t *holders, uint
             if (holders[j] == h) k[c++] = g->n_local + j;
         for (uint32_t j = i; j < run; j++) /* taken */
             if (holders[j] == h && j != i) ((uint32_t *)holders)[j] = 0;
-        send_pin(d, g, h, k, c, d->ns.v[g->ns].name);
+        send_pin(d, g, h, k, c, d->host->ns_name(d->host->core, g->ns));
     }
     free(k);
     settle(d, g);
 }
 
-static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t ns,
+static struct pget *pget_new(struct cl_ctx *d, const Kvtier__Get *q, uint16_t ns,
                              const uint32_t *slots, size_t n)
 {
     struct pget *g = calloc(1, sizeof *g);
     if (!g) abort();
     g->d = d;
     g->ns = ns;
-    ns_hold(d, ns); /* parked: no slot may hold it yet (ns.h) */
+    d->host->ns_hold(d->host->core, ns); /* parked: no slot may hold it yet (ns.h) */
     g->inline_ = q->inline_;
     g->n_keys = (uint32_t)q->n_keys;
     g->n_local = (uint32_t)n;
@@ -503,12 +494,12 @@ static struct pget *pget_new(struct kvtierd *d, const Kvtier__Get *q, uint16_t n
         memcpy(g->keys[i].b, q->keys[i].data, KVT_KEY_LEN);
         g->slots[i] = i < n ? slots[i] : IDX_NONE;
     }
-    for (uint32_t i = 0; i < n; i++) idx_pin(&d->idx, slots[i]); /* kept till the answer */
+    for (uint32_t i = 0; i < n; i++) idx_pin(d->idx, slots[i]); /* kept till the answer */
     return g;
 }
 
 /* Past the deadline: answer with what is verified, cancel the rest. */
-static void expire(struct kvtierd *d, struct pget *g)
+static void expire(struct cl_ctx *d, struct pget *g)
 {
     pg_of(d)->expired++;
     for (uint32_t k = g->n_local; k < g->n_keys; k++)
@@ -518,41 +509,43 @@ static void expire(struct kvtierd *d, struct pget *g)
 }
 
 /* park.c: the client left. Settle as an answer would, sending nothing. */
-static void get_gone(struct kvtierd *d, void *owner)
+static void get_gone(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     struct pget *g = owner;
     g->park = NULL;
     answer(d, g);
     maybe_free(d, g);
 }
 
-static void get_due(struct kvtierd *d, void *owner)
+static void get_due(void *ctx, void *owner)
 {
+    struct cl_ctx *d = ctx;
     expire(d, owner);
 }
 
 static const struct park_ops get_ops = {get_gone, get_due};
 
-int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier__Get *q,
+int cluster_get(struct cl_ctx *d, uint32_t pipe, uint64_t req_id, const Kvtier__Get *q,
                 const uint32_t *slots, size_t n)
 {
     struct pgs *s = pg_of(d);
     if (!s || !d->cl->pt || q->local_only || n >= q->n_keys) return 0;
-    uint16_t ns = ns_claim(d, q->ns, 0);
+    uint16_t ns = d->host->ns_claim(d->host->core, q->ns, 0);
     if (ns == NS_NONE) return 0;
     struct pget *g = pget_new(d, q, ns, slots, n);
     uint64_t dl = q->deadline_ms ? q->deadline_ms : d->cfg.nvme_get_deadline_ms;
     g->pipe = pipe;
     g->req_id = req_id;
-    g->deadline = kvtierd_clock(d) + dl;
+    g->deadline = cl_clock(d) + dl;
     g->next = s->gets;
     s->gets = g;
     g->resolving = g->sync = 1;
     gx_resolve(d, g->keys + n, g->n_keys - (uint32_t)n, gx_ns_hash(q->ns), resolved, g);
     g->sync = 0;
     int waiting = g->pins_out || g->fetching || g->resolving;
-    if (waiting && (g->park = park_defer(d, pipe, req_id, &get_ops, g))) {
-        park_set_deadline(d, g->park, g->deadline);
+    if (waiting && (g->park = d->host->park(d->host->core, pipe, req_id, &get_ops, d, g))) {
+        d->host->park_deadline(d->host->core, g->park, g->deadline);
         return 1;
     }
     unpin_local(d, g); /* answered now, by the caller, with the local prefix */
@@ -562,7 +555,7 @@ int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id, const Kvtier_
 }
 
 /* Pins a holder never answered, long after their GET was answered. */
-static void reap(struct kvtierd *d, uint64_t now)
+static void reap(struct cl_ctx *d, uint64_t now)
 {
     struct pgs *s = pg_of(d);
     for (struct ppin *p = s->pins, *next; p; p = next) {
@@ -574,17 +567,17 @@ static void reap(struct kvtierd *d, uint64_t now)
     }
 }
 
-void pg_tick(struct kvtierd *d)
+void pg_tick(struct cl_ctx *d)
 {
     struct pgs *s = pg_of(d);
     if (!s) return;
-    uint64_t now = kvtierd_clock(d);
+    uint64_t now = cl_clock(d);
     hpins_drop(d, 0, now, 0);
     reap(d, now); /* parked GETs' deadlines are park.c's */
     if (d->cl->pt) peer_progress(d->cl->pt);
 }
 
-void pg_poll(struct kvtierd *d)
+void pg_poll(struct cl_ctx *d)
 {
     if (!pg_of(d) || !d->cl->pt) return;
     peer_progress(d->cl->pt);
@@ -592,7 +585,7 @@ void pg_poll(struct kvtierd *d)
 
 /* m died or restarted: its pins here go, our pins there are misses, and
  * its endpoint is closed (its fetches fail from the next progress). */
-void pg_member_down(struct kvtierd *d, struct member *m)
+void pg_member_down(struct cl_ctx *d, struct member *m)
 {
     struct pgs *s = pg_of(d);
     if (!s) return;
@@ -609,7 +602,7 @@ void pg_member_down(struct kvtierd *d, struct member *m)
     m->ucx_acked = 0;
 }
 
-int pg_open(struct kvtierd *d)
+int pg_open(struct cl_ctx *d)
 {
     char err[256];
     if (fault_init(NULL, err, sizeof err) != 0) { /* peer_corrupt */
@@ -633,7 +626,7 @@ int pg_open(struct kvtierd *d)
     return 0;
 }
 
-void pg_close(struct kvtierd *d)
+void pg_close(struct cl_ctx *d)
 {
     struct pgs *s = pg_of(d);
     if (!s) return;
@@ -652,7 +645,7 @@ void pg_close(struct kvtierd *d)
 }
 
 /* After gx_close (resolutions answered): free what is left. */
-void pg_free(struct kvtierd *d)
+void pg_free(struct cl_ctx *d)
 {
     struct pgs *s = pg_of(d);
     if (!s) return;
@@ -664,7 +657,7 @@ void pg_free(struct kvtierd *d)
     d->cl->pg = NULL;
 }
 
-void pg_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
+void pg_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr)
 {
     struct pgs *s = pg_of(d);
     if (!s) return;
