@@ -80,6 +80,8 @@ struct mb_member {
     uint8_t *meta;               /* meta_len opaque bytes (NULL when 0) */
     uint32_t meta_len;
     void *user;                  /* the caller's; see Ownership above */
+    void *be;                    /* the backend's: it frees it before
+                                    mb_remove() and in its close() */
 };
 
 /* The world outside. send() delivers len bytes to addr, best effort,
