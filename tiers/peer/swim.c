@@ -98,7 +98,6 @@ struct swim {
     char **seeds;
     size_t nseeds;
     uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
-    uint64_t last_tick;
     uint32_t health;
 };
 
@@ -436,6 +435,17 @@ static void refute(struct mb *mb, uint64_t claimed_inc)
     enqueue_member(mb, self, self->id);
 }
 
+/* Someone still holds an older suspicion or death of this node: queue
+ * the current alive claim again (once) so it spreads to them. */
+static void reassert(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    struct mb_member *self = mb_self(mb);
+    for (size_t i = 0; i < sw->nq; i++)
+        if (sw->q[i].id == self->id && sw->q[i].inc == self->inc && sw->q[i].tx == 0) return;
+    enqueue_member(mb, self, self->id);
+}
+
 static void merge_alive(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
 {
     if (!c->addr[0]) {
@@ -486,6 +496,8 @@ static void merge(struct mb *mb, const Kvtier__SwimMember *c, int from_sync)
     if (c->id == self->id) {
         if (st != MB_ALIVE ? c->incarnation >= self->inc : c->incarnation > self->inc)
             refute(mb, c->incarnation);
+        else if (st != MB_ALIVE) /* an old suspicion still about: restate */
+            reassert(mb);
         return;
     }
     struct mb_member *m = mb_find(mb, c->id);
@@ -504,19 +516,27 @@ static int probeable(const struct mb_member *m)
     return m && (m->state == MB_ALIVE || m->state == MB_SUSPECT);
 }
 
-/* Up to k distinct live members other than `not`, picked at random. */
-static size_t pick(struct mb *mb, struct mb_member **out, size_t k, uint32_t not)
+/* Up to k distinct members other than `not`, picked at random: alive
+ * ones, or also suspect ones (gossip: they must hear it to refute). */
+static size_t pick_in(struct mb *mb, struct mb_member **out, size_t k, uint32_t not,
+                      int suspects)
 {
     size_t n = mb_count(mb), got = 0;
     if (!n) return 0;
     for (size_t tries = 0; got < k && tries < 4 * k + 8; tries++) {
         struct mb_member *m = mb_at(mb, mb_rand(mb) % n);
-        if (m->state != MB_ALIVE || m->id == not) continue;
+        if (!(m->state == MB_ALIVE || (suspects && m->state == MB_SUSPECT)) || m->id == not)
+            continue;
         size_t j = 0;
         while (j < got && out[j] != m) j++;
         if (j == got) out[got++] = m;
     }
     return got;
+}
+
+static size_t pick(struct mb *mb, struct mb_member **out, size_t k, uint32_t not)
+{
+    return pick_in(mb, out, k, not, 0);
 }
 
 static void reshuffle(struct mb *mb)
@@ -768,9 +788,10 @@ static void gossip_tick(struct mb *mb, uint64_t now)
     struct swim *sw = SW(mb);
     const struct mb_config *c = mb_cfg(mb);
     if (c->gossip_ms == UINT32_MAX || now < sw->next_gossip) return;
+    /* Advanced even when idle: next_tick never shows a stale time. */
     sw->next_gossip = now + c->gossip_ms;
     struct mb_member *to[16];
-    size_t n = sw->nq ? pick(mb, to, c->gossip_nodes < 16 ? c->gossip_nodes : 16, 0) : 0;
+    size_t n = sw->nq ? pick_in(mb, to, c->gossip_nodes < 16 ? c->gossip_nodes : 16, 0, 1) : 0;
     for (size_t i = 0; i < n && sw->nq; i++) send_gossip(mb, to[i]);
 }
 
@@ -831,15 +852,19 @@ static void reap_tick(struct mb *mb, uint64_t now)
 static void sw_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
-    uint64_t late = mb_cfg(mb)->probe_ms / 2;
+    uint64_t late = mb_cfg(mb)->probe_ms / 2, due = sw->next_probe;
     if (late < SW_LATE_MS_MIN) late = SW_LATE_MS_MIN;
-    if (sw->last_tick && now - sw->last_tick > late && sw->pr.active) {
-        /* This node stalled: it cannot judge the probe in flight. */
+    if (sw->pr.active) { /* the probe's timers are the ones always kept */
+        uint64_t t = sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms;
+        if (t < due) due = t;
+    }
+    if (now > due + late && sw->pr.active) {
+        /* A timer overdue this much: this node stalled (paused, starved)
+         * and cannot judge the probe in flight. */
         sw->pr.active = 0;
         health_add(mb, 1);
         sw->next_probe = now + scaled(mb, mb_cfg(mb)->probe_ms);
     }
-    sw->last_tick = now;
     relay_tick(mb, now);
     probe_tick(mb, now);
     susp_tick(mb, now);
