@@ -315,6 +315,44 @@ static void test_piggyback_bounded(void **state)
     mb_destroy(mb);
 }
 
+
+/* Lifeguard: independent confirmations bring the death sooner than one
+ * lone suspicion (virtual time; compared, not timed). */
+static uint64_t death_after(int confirmers)
+{
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a[8][16];
+    Kvtier__SwimMember cl[8], *cp[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        snprintf(a[i], sizeof a[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, i + 2, a[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, 8, 0, 0);
+    for (int k = 0; k < confirmers; k++) { /* "node 3 is suspect", from 4, 5, ... */
+        claim(&cl[0], 3, MB_SUSPECT, 1, (uint32_t)k + 4, a[1]);
+        feed(mb, (uint32_t)k + 4, cp, 1, 0, 0);
+    }
+    assert_int_equal(mb_find(mb, 3)->state, MB_SUSPECT);
+    while (mb_find(mb, 3)->state == MB_SUSPECT && c.now < 1000000) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        cap_clear(&c);
+    }
+    assert_int_equal(mb_find(mb, 3)->state, MB_DEAD);
+    uint64_t t = c.now;
+    mb_destroy(mb);
+    return t;
+}
+
+static void test_confirmations_shorten_suspicion(void **state)
+{
+    (void)state;
+    uint64_t lone = death_after(1), confirmed = death_after(4);
+    assert_true(confirmed < lone);
+}
+
 /* --------------------------------------------------- swim, many nodes */
 
 struct tally {
@@ -454,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_piggyback_bounded),
+        cmocka_unit_test(test_confirmations_shorten_suspicion),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),

@@ -621,6 +621,11 @@ static void probe_fail(struct mb *mb)
     struct mb_member *t = mb_find(mb, p->target);
     mb_stats_mut(mb)->probes_failed++;
     if (p->expect > p->nacks) health_add(mb, (int)(p->expect - p->nacks));
+    if (t && t->state == MB_SUSPECT && t->be) { /* an independent confirmation */
+        if (confirm(mb, t, mb_self(mb)->id))
+            enqueue(mb, t->id, MB_SUSPECT, t->inc, NULL, NULL, 0, mb_self(mb)->id);
+        return;
+    }
     if (!t || t->state != MB_ALIVE) return;
     mb_stats_mut(mb)->suspicions++;
     set_state(mb, t, MB_SUSPECT, t->inc, mb_self(mb)->id);
