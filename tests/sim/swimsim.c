@@ -8,6 +8,7 @@
  *                           join/leave/partition heal converge), never times
  *   swimsim --bench [N...]  every scenario at each N (default 10 100 1000),
  *                           one table row each (scripts/run-bench.sh)
+ *   --only NAME             with --bench: that scenario alone
  *   --seed S                another seed (default 1); --cpu charges measured
  *                           handler CPU time to the node (bench default)
  *
@@ -296,13 +297,15 @@ int main(int argc, char **argv)
 {
     struct opts o = {1, 0, 0, 0};
     int bench = 0, sizes[16], ns = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) o.cpu = bench = 1;
         else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [N...]] [--seed S] [--cpu]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only SCENARIO] [N...]] [--seed S] [--cpu]\n");
             return 2;
         }
     }
@@ -318,6 +321,7 @@ int main(int argc, char **argv)
     header();
     for (int k = 0; k < ns; k++)
         for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+            if (only && strcmp(only, scenarios[i].name)) continue;
             struct result r = run_one((int)i, sizes[k], &o);
             row(&r);
         }

@@ -200,6 +200,7 @@ static int confirm(struct mb *mb, struct mb_member *m, uint32_t from)
 {
     struct susp *s = m->be;
     uint32_t have = s->n + 1 < SW_CONFIRM_MAX ? s->n + 1 : SW_CONFIRM_MAX;
+    if (!from) return 0; /* not an independent observation (see merge) */
     for (uint32_t i = 0; i < have; i++)
         if (s->who[i] == from) return 0;
     if (have == SW_CONFIRM_MAX) return 0;
@@ -501,7 +502,16 @@ static void merge(struct mb *mb, const Kvtier__SwimMember *c, int from_sync)
         return;
     }
     struct mb_member *m = mb_find(mb, c->id);
-    if (from_sync && st == MB_DEAD) st = MB_SUSPECT;
+    Kvtier__SwimMember conv;
+    if (from_sync && st == MB_DEAD) {
+        /* Hearsay from a table, maybe from across a healed partition: a
+         * suspicion that confirms nothing, so the member has the longest
+         * timeout to refute it. */
+        conv = *c;
+        conv.from = 0;
+        c = &conv;
+        st = MB_SUSPECT;
+    }
     switch (st) {
     case MB_ALIVE: merge_alive(mb, m, c); break;
     case MB_SUSPECT: merge_suspect(mb, m, c); break;
