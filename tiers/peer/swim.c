@@ -37,8 +37,10 @@
  * only makes the member suspect, so a healed partition converges by
  * refutation instead of mutual killing. A random dead member is also sent
  * a sync now and then: that is how partitions heal. Join = a sync to the
- * seeds (repeated while nobody answers). Leave = a left claim gossiped to
- * several members at once. Dead and left members are reaped after reap_ms.
+ * seeds, repeated until some table arrives (gossip alone is not enough: a
+ * restarted node is pinged by members that knew its previous life).
+ * Leave = a left claim gossiped to several members at once. Dead and left
+ * members are reaped after reap_ms.
  *
  * Invariants: m->be is a struct susp exactly while m->state == MB_SUSPECT
  * (through set_state()); the gossip queue holds at most one claim per id.
@@ -99,6 +101,7 @@ struct swim {
     size_t nseeds;
     uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
     uint32_t health;
+    int synced;                       /* a table arrived: joined */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -716,6 +719,7 @@ static void on_ack(struct mb *mb, uint32_t seq, uint64_t rx, int nack)
 static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
 {
     const Kvtier__SwimSync *s = msg->sync;
+    SW(mb)->synced = 1;
     for (size_t i = 0; i < s->n_members; i++) merge(mb, s->members[i], 1);
     if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
 }
@@ -843,7 +847,7 @@ static void sync_tick(struct mb *mb, uint64_t now)
         struct mb_member *m = random_in(mb, MB_DEAD);
         if (m) send_sync(mb, m->addr, 1, 0);
     }
-    if (sw->nseeds && !mb_live(mb) && now >= sw->next_join) {
+    if (sw->nseeds && !sw->synced && now >= sw->next_join) {
         sw->next_join = now + 2ull * c->probe_ms;
         for (size_t i = 0; i < sw->nseeds; i++) send_sync(mb, sw->seeds[i], 1, 1);
     }
@@ -900,7 +904,7 @@ static uint64_t sw_next_tick(struct mb *mb)
     if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
     LOWER(sw->next_sync);
     LOWER(sw->next_reconnect);
-    if (sw->nseeds && !mb_live(mb)) LOWER(sw->next_join);
+    if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
         if (sw->rel[i].used) LOWER(sw->rel[i].deadline_ms);
     for (size_t i = 0; i < sw->nsusp; i++) {
