@@ -47,7 +47,9 @@ struct sim_stats {
     double detect_all_p50, detect_all_p99;     /* ms, every observer */
     uint64_t msgs_tx[MB_NMSGS], bytes_tx[MB_NMSGS];
     uint64_t msgs_dropped, inbox_dropped;
-    uint64_t cpu_ns;              /* handler CPU over all nodes */
+    uint64_t cpu_ns;              /* handler CPU over all nodes (charge_cpu);
+                                     else the whole process's CPU time, the
+                                     simulator's own work included */
     uint64_t suspicions, refutations;
     uint64_t node_seconds_us;     /* sum over nodes of time up, in us */
 };
