@@ -340,7 +340,7 @@ static void drain(struct sim *s, struct node *n)
 
 static void wake_later(struct sim *s, struct node *n)
 {
-    uint64_t t = ready_at(n);
+    uint64_t t = ready_at(n) > s->now ? ready_at(n) : s->now;
     if (n->wake_at >= t && n->wake_at > s->now) return;
     n->wake_at = t;
     push(s, t, EV_WAKE, n->idx, NULL);

@@ -719,7 +719,7 @@ static void on_ack(struct mb *mb, uint32_t seq, uint64_t rx, int nack)
 static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
 {
     const Kvtier__SwimSync *s = msg->sync;
-    SW(mb)->synced = 1;
+    if (!s->reply) SW(mb)->synced = 1; /* an answer: someone has our table */
     for (size_t i = 0; i < s->n_members; i++) merge(mb, s->members[i], 1);
     if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
 }
