@@ -57,7 +57,11 @@ KVTIERCTL  := $(BUILD)/bin/kvtierctl
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 INTEG_SRC  := $(wildcard tests/integration/test_*.c) $(wildcard tests/fault/test_*.c)
 TEST_HELP  := $(call obj,$(wildcard tests/lib/*.c))
-TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC))
+# tests/fuzz/fuzz_<name>.c: libFuzzer targets (`make fuzz`); the suite runs
+# each one without libFuzzer through replay_main.c (seeds, mutations, its
+# corpus-<name>/). fuzz_wire.c is replayed by tests/unit/test_fuzz_replay.
+FUZZ_SRC   := $(filter-out tests/fuzz/fuzz_wire.c,$(wildcard tests/fuzz/fuzz_*.c))
+TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC) $(FUZZ_SRC))
 # The membership simulator (tests/sim/): simnet.c is the engine, shared by
 # the swim unit test and the swimsim scenarios (make test, make bench).
 SIM_LIB    := $(call obj,tests/sim/simnet.c)
@@ -121,6 +125,11 @@ $(KVTIERCTL): $(BUILD)/obj/client/kvtierctl.o $(LIBKVT_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS)
 
+$(BUILD)/tests/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o \
+                       $(TEST_HELP) $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) $(TEST_LIBS)
@@ -146,13 +155,22 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
 # libFuzzer over the request decoder and handlers (needs clang). Inputs it
 # keeps land in tests/fuzz/corpus/, which the unit suite replays.
 FUZZ_SECONDS ?= 60
-fuzz: $(GEN_C)
+FUZZ_CC := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+           -DKVT_VERSION=\"$(VERSION)\" $(CPPFLAGS) -Itests/fuzz
+FUZZ_ALL := $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC)
+fuzz: $(GEN_C) $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
 	@mkdir -p build-fuzz tests/fuzz/corpus
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -DKVT_VERSION=\"$(VERSION)\" $(CPPFLAGS) tests/fuzz/fuzz_wire.c tests/lib/fuzz_harness.c \
-	    $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC) -o build-fuzz/fuzz_wire $(LIBS) $(DAEMON_LIBS)
+	$(FUZZ_CC) tests/fuzz/fuzz_wire.c tests/lib/fuzz_harness.c $(FUZZ_ALL) \
+	    -o build-fuzz/fuzz_wire $(LIBS) $(DAEMON_LIBS)
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus
+	@for t in $(FUZZ_SRC); do n=$$(basename $$t .c); n=$${n#fuzz_}; \
+	    mkdir -p tests/fuzz/corpus-$$n && \
+	    $(BUILD)/tests/fuzz/fuzz_$$n --seeds tests/fuzz/corpus-$$n && \
+	    echo "$(FUZZ_CC) $$t ... -o build-fuzz/fuzz_$$n" && \
+	    $(FUZZ_CC) $$t $(FUZZ_ALL) -o build-fuzz/fuzz_$$n $(LIBS) $(DAEMON_LIBS) && \
+	    build-fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	        tests/fuzz/corpus-$$n || exit 1; done
 
 # ---------------------------------------------------------------- targets
 # The NVMe tier is off in the key table's defaults (every test daemon would

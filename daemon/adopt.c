@@ -21,6 +21,7 @@
 #include "journal.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "store.h"
 
 #define COMPACT_MIN (4u << 20)
 #define REC_BYTES 96

@@ -88,6 +88,8 @@ struct mp { /* a growing msgpack buffer */
 
 struct ev {
     /* core thread */
+    const struct idx *idx;      /* the chunks named by slot */
+    const struct ns_table *ns;  /* CLEAR: is anything else cached? */
     struct ev_batch *cur;
     uint64_t next_seq;
     int quiet; /* a CLEAR that empties everything: removals not published */
@@ -469,40 +471,39 @@ static struct ev_rec *next_rec(struct ev *e, int wait)
 }
 
 /* The key of the chunk's parent, if the index still knows it. */
-static int parent_of(const struct kvtierd *d, const struct idx_entry *e,
-                     kvt_key *out)
+static int parent_of(const struct idx *x, const struct idx_entry *e, kvt_key *out)
 {
     if (e->parent == IDX_NONE) return 0;
-    const struct idx_entry *p = idx_at(&d->idx, e->parent);
+    const struct idx_entry *p = idx_at(x, e->parent);
     if (p->gen != e->parent_gen || p->state == IDX_FREE) return 0;
     *out = p->key;
     return 1;
 }
 
 /* One record per tier bit of `tiers` (DRAM first). */
-static void record(struct kvtierd *d, uint32_t slot, uint8_t tiers,
-                   uint8_t kind, int wait)
+static void record(struct ev *e, uint32_t slot, uint8_t tiers, uint8_t kind,
+                   int wait)
 {
-    const struct idx_entry *en = idx_at(&d->idx, slot);
+    const struct idx_entry *en = idx_at(e->idx, slot);
     if (en->state != IDX_READY) return;
     for (int m = EV_CPU; m <= EV_STORAGE; m++) {
         if (!(tiers & (m == EV_CPU ? IDX_DRAM : IDX_NVME))) continue;
-        struct ev_rec *r = next_rec(d->ev, wait);
+        struct ev_rec *r = next_rec(e, wait);
         r->kind = kind;
         r->medium = (uint8_t)m;
         r->key = en->key;
-        r->has_parent = kind == EV_STORED && parent_of(d, en, &r->parent);
+        r->has_parent = kind == EV_STORED && parent_of(e->idx, en, &r->parent);
     }
 }
 
 void ev_stored(struct kvtierd *d, uint32_t slot, uint8_t tiers)
 {
-    if (d->ev) record(d, slot, tiers, EV_STORED, 0);
+    if (d->ev) record(d->ev, slot, tiers, EV_STORED, 0);
 }
 
 void ev_removed(struct kvtierd *d, uint32_t slot, uint8_t tiers)
 {
-    if (d->ev && !d->ev->quiet) record(d, slot, tiers, EV_REMOVED, 0);
+    if (d->ev && !d->ev->quiet) record(d->ev, slot, tiers, EV_REMOVED, 0);
 }
 
 static void all_cleared(struct ev *e, int wait)
@@ -512,30 +513,30 @@ static void all_cleared(struct ev *e, int wait)
     r->kind = EV_CLEARED;
 }
 
-void ev_clear_begin(struct kvtierd *d, uint16_t ns)
+void ev_clear_begin(struct ev *e, uint16_t ns)
 {
-    if (!d->ev || ns == NS_NONE || d->ns.v[ns].chunks == 0) return;
-    for (uint32_t i = 0; i < d->ns.n; i++)
-        if (i != ns && d->ns.v[i].chunks) return; /* others stay: per key */
-    all_cleared(d->ev, 0);
-    d->ev->quiet = 1;
+    if (!e || ns == NS_NONE || e->ns->v[ns].chunks == 0) return;
+    for (uint32_t i = 0; i < e->ns->n; i++)
+        if (i != ns && e->ns->v[i].chunks) return; /* others stay: per key */
+    all_cleared(e, 0);
+    e->quiet = 1;
 }
 
-void ev_clear_end(struct kvtierd *d)
+void ev_clear_end(struct ev *e)
 {
-    if (d->ev) d->ev->quiet = 0;
+    if (e) e->quiet = 0;
 }
 
-void ev_flush(struct kvtierd *d)
+void ev_flush(struct ev *e)
 {
-    if (d->ev) flush_batch(d->ev, 0);
+    if (e) flush_batch(e, 0);
 }
 
-void ev_get_stats(const struct kvtierd *d, struct ev_stats *out)
+void ev_get_stats(const struct ev *e, struct ev_stats *out)
 {
     memset(out, 0, sizeof *out);
-    if (!d->ev) return;
-    const struct ev_stats *s = &d->ev->st;
+    if (!e) return;
+    const struct ev_stats *s = &e->st;
     out->published = __atomic_load_n(&s->published, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&s->dropped, __ATOMIC_RELAXED);
     out->batches = __atomic_load_n(&s->batches, __ATOMIC_RELAXED);
@@ -544,12 +545,12 @@ void ev_get_stats(const struct kvtierd *d, struct ev_stats *out)
 
 /* AllBlocksCleared, then every chunk the tiers hold (start-up only: may
  * wait for the thread). */
-static void inventory(struct kvtierd *d)
+static void inventory(struct ev *e)
 {
-    all_cleared(d->ev, 1);
-    for (uint32_t s = 0; s < d->idx.used; s++)
-        record(d, s, idx_at(&d->idx, s)->tier, EV_STORED, 1);
-    flush_batch(d->ev, 1);
+    all_cleared(e, 1);
+    for (uint32_t s = 0; s < e->idx->used; s++)
+        record(e, s, idx_at(e->idx, s)->tier, EV_STORED, 1);
+    flush_batch(e, 1);
 }
 
 /* ------------------------------------------------------- open and close */
@@ -616,11 +617,15 @@ static struct ev *ev_new(const struct kvt_config *c)
     return e;
 }
 
-int ev_open(struct kvtierd *d)
+int ev_open(const struct kvt_config *c, const struct idx *idx,
+            const struct ns_table *ns, struct ev **out)
 {
-    if (!d->cfg.events_endpoint[0]) return 0;
-    struct ev *e = d->ev = ev_new(&d->cfg);
-    if (open_sockets(e, &d->cfg) != 0) return -1;
+    *out = NULL;
+    if (!c->events_endpoint[0]) return 0;
+    struct ev *e = *out = ev_new(c);
+    e->idx = idx;
+    e->ns = ns;
+    if (open_sockets(e, c) != 0) return -1;
     if (e->rep && !(e->ring = calloc(e->ring_cap, sizeof *e->ring))) abort();
     e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (e->efd < 0 || pthread_create(&e->thr, NULL, ev_main, e) != 0) {
@@ -628,7 +633,7 @@ int ev_open(struct kvtierd *d)
         return -1;
     }
     e->thr_started = 1;
-    inventory(d);
+    inventory(e);
     return 0;
 }
 
@@ -643,9 +648,8 @@ static void stop_thread(struct ev *e)
     pthread_join(e->thr, NULL);
 }
 
-void ev_close(struct kvtierd *d)
+void ev_close(struct ev *e)
 {
-    struct ev *e = d->ev;
     if (!e) return;
     if (e->thr_started) {
         flush_batch(e, 1);
@@ -664,5 +668,4 @@ void ev_close(struct kvtierd *d)
     pthread_mutex_destroy(&e->mtx);
     pthread_cond_destroy(&e->room);
     free(e);
-    d->ev = NULL;
 }

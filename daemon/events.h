@@ -5,9 +5,9 @@
  * kvtier's beside them. events.c explains the design and the format.
  *
  * Every function is called on the core thread and is a no-op while events
- * are off (events.endpoint empty, d->ev NULL). The hooks only record what
- * happened; ev_flush() hands the iteration's records to the publisher
- * thread as one batch. Nothing here blocks the core thread, except
+ * are off (events.endpoint empty: the publisher is NULL). The hooks only
+ * record what happened; ev_flush() hands the iteration's records to the
+ * publisher thread as one batch. Nothing here blocks the core thread, except
  * ev_open's start-up inventory, which runs before READY.
  */
 #ifndef KVT_EVENTS_H
@@ -15,7 +15,11 @@
 
 #include <stdint.h>
 
+struct ev;
+struct idx;
+struct kvt_config;
 struct kvtierd;
+struct ns_table;
 
 /* Counters, read by metrics.c (any thread may bump them; see events.c). */
 struct ev_stats {
@@ -25,18 +29,24 @@ struct ev_stats {
     uint64_t replays;    /* replay requests served */
 };
 
-/* Open the sockets and start the publisher thread when events.endpoint is
- * set, then publish AllBlocksCleared followed by a BlockStored for every
- * chunk the tiers already hold (adopted DRAM chunks, the NVMe index), so
- * a subscriber's view starts right after a restart. Call after the tiers
- * are open. 0, or -1 after logging why (a bad endpoint, one in use). */
-int ev_open(struct kvtierd *d);
-/* Publish what is pending, stop the thread, close the sockets. Safe on a
- * daemon whose ev_open failed or never ran. */
-void ev_close(struct kvtierd *d);
+/* When events.endpoint is set: open the sockets and start the publisher
+ * thread into *out, then publish AllBlocksCleared followed by a
+ * BlockStored for every chunk the tiers already hold (adopted DRAM
+ * chunks, the NVMe index), so a subscriber's view starts right after a
+ * restart. Call after the tiers are open; idx and ns (read for chunk keys
+ * and by CLEAR) must outlive the publisher. Otherwise *out = NULL: events
+ * are off. 0, or -1 after logging why (a bad endpoint, one in use); *out
+ * may then be half-built, for ev_close. */
+int ev_open(const struct kvt_config *c, const struct idx *idx,
+            const struct ns_table *ns, struct ev **out);
+/* Publish what is pending, stop the thread, close the sockets. Accepts
+ * NULL and a publisher whose ev_open failed. */
+void ev_close(struct ev *e);
 
 /* The chunk in slot (READY) gained a copy in the tiers named by `tiers`
- * (IDX_DRAM, IDX_NVME bits): BlockStored, medium CPU / STORAGE. */
+ * (IDX_DRAM, IDX_NVME bits): BlockStored, medium CPU / STORAGE. The
+ * placement code and the tiers call these two with the daemon; only its
+ * publisher (d->ev) is used. */
 void ev_stored(struct kvtierd *d, uint32_t slot, uint8_t tiers);
 /* The chunk in slot (still READY) loses its copies in `tiers`:
  * BlockRemoved. Call before the index forgets the entry. */
@@ -44,15 +54,15 @@ void ev_removed(struct kvtierd *d, uint32_t slot, uint8_t tiers);
 /* A CLEAR of namespace ns starts: if it empties the whole cache, this
  * publishes AllBlocksCleared and the removals until ev_clear_end() are not
  * published one by one. */
-void ev_clear_begin(struct kvtierd *d, uint16_t ns);
-void ev_clear_end(struct kvtierd *d);
+void ev_clear_begin(struct ev *e, uint16_t ns);
+void ev_clear_end(struct ev *e);
 
 /* End of a core-loop iteration: hand the pending events over as one
  * batch (one message). Never blocks: a full queue drops the batch and
  * counts its events. */
-void ev_flush(struct kvtierd *d);
+void ev_flush(struct ev *e);
 
 /* A snapshot of the counters (zeros while events are off). */
-void ev_get_stats(const struct kvtierd *d, struct ev_stats *out);
+void ev_get_stats(const struct ev *e, struct ev_stats *out);
 
 #endif

@@ -18,6 +18,8 @@
 #include "events.h"
 #include "kvcache.h"
 #include "kvtierd.h"
+#include "kvwait.h"
+#include "store.h"
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"
@@ -108,8 +110,8 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
             d->pipes[i] = d->pipes[--d->n_pipes];
             break;
         }
-    park_pipe_gone(d, pipe); /* first: nothing may answer it from here on */
-    lease_drop_pipe(d, pipe);
+    park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
+    lease_drop_pipe(&d->leases, pipe);
     kvc_pipe_removed(d, pipe);
 }
 
@@ -148,20 +150,32 @@ static const kvt_key *key_of(const ProtobufCBinaryData *b)
     return (const kvt_key *)b->data;
 }
 
+/* When a lease made now is due. */
+static uint64_t lease_deadline(const struct kvtierd *d)
+{
+    return kvtierd_clock(d) + d->cfg.lease_timeout_ms;
+}
+
+void handle_lease_release(void *arg, uint8_t kind, uint32_t slot)
+{
+    struct kvtierd *d = arg;
+    if (kind == LEASE_WRITE)
+        store_free(d, slot);
+    else if (idx_unpin(&d->idx, slot) == 0 && idx_at(&d->idx, slot)->state == IDX_DOOMED)
+        store_free(d, slot);
+}
+
 /* A lease of the given kind owned by this request's pipe. */
 static struct lease *own_lease(struct req *r, uint64_t id, uint8_t kind)
 {
-    struct lease *l = lease_find(r->d, id);
-    if (!l || l->kind != kind) {
+    struct lease *l;
+    kvt_err e = lease_own(&r->d->leases, id, r->pipe, kind, &l);
+    if (e == KVT_ENOENT)
         req_fail(r, KVT_ENOENT, "no %s lease %llu", kind == LEASE_READ ? "read" : "write",
              (unsigned long long)id);
-        return NULL;
-    }
-    if (l->pipe != r->pipe) {
+    else if (e == KVT_EPERM)
         req_fail(r, KVT_EPERM, "lease %llu belongs to another client",
              (unsigned long long)id);
-        return NULL;
-    }
     return l;
 }
 
@@ -266,9 +280,10 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_sizes, q->sizes, &q->parent))
         return;
     uint16_t ns = ns_claim(d, q->ns, r->pipe);
-    struct lease *l = lease_new(d, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys);
+    struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
+                                 lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, q->sizes, &q->parent) != KVT_OK) {
-        lease_drop(d, l);
+        lease_drop(&d->leases, l);
         return;
     }
     Kvtier__PutBeginResp *pr = arena_alloc(r->a, sizeof *pr);
@@ -317,7 +332,7 @@ static uint64_t commit_lease(struct kvtierd *d, struct lease *l,
         store_commit(d, l->slot[i], csums[i], lease_parent(d, l, i));
         n++;
     }
-    lease_forget(d, l);
+    lease_forget(&d->leases, l);
     store_watermark(d);
     return n;
 }
@@ -340,7 +355,7 @@ static void do_drop_lease(struct req *r, const Kvtier__LeaseReq *q, uint8_t kind
     struct lease *l = own_lease(r, q->lease, kind);
     if (!l) return;
     uint64_t n = l->n;
-    lease_drop(r->d, l);
+    lease_drop(&r->d->leases, l);
     set_count(r, n);
 }
 
@@ -353,9 +368,10 @@ static void do_put(struct req *r, const Kvtier__Put *q)
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_data, sizes, &q->parent))
         return;
     uint16_t ns = ns_claim(d, q->ns, r->pipe);
-    struct lease *l = lease_new(d, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys);
+    struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
+                                 lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, sizes, &q->parent) != KVT_OK) {
-        lease_drop(d, l);
+        lease_drop(&d->leases, l);
         return;
     }
     uint64_t *csums = arena_alloc(r->a, l->n * sizeof *csums);
@@ -429,7 +445,8 @@ static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
                        size_t n)
 {
     struct kvtierd *d = r->d;
-    struct lease *l = lease_new(d, r->pipe, LEASE_READ, (uint32_t)n);
+    struct lease *l = lease_new(&d->leases, r->pipe, LEASE_READ, (uint32_t)n,
+                                 lease_deadline(d));
     for (size_t i = 0; i < n; i++) {
         l->slot[i] = slots[i];
         idx_pin(&d->idx, slots[i]);
@@ -523,14 +540,14 @@ static void do_clear(struct req *r, const Kvtier__Clear *q)
     if (check_ns(r, q->ns)) return;
     uint16_t ns = ns_find(&d->ns, q->ns);
     uint64_t n = 0;
-    ev_clear_begin(d, ns); /* AllBlocksCleared if nothing else is cached */
+    ev_clear_begin(d->ev, ns); /* AllBlocksCleared if nothing else is cached */
     for (uint32_t s = 0; ns != NS_NONE && s < d->idx.used; s++) {
         const struct idx_entry *e = idx_at(&d->idx, s);
         if (e->ns != ns || e->state != IDX_READY) continue;
         store_delete(d, s);
         n++;
     }
-    ev_clear_end(d);
+    ev_clear_end(d->ev);
     set_count(r, n);
 }
 

@@ -233,7 +233,9 @@ static int replay_one(struct journal *j, const uint8_t *p, uint32_t len,
     memcpy(&id, p + 1, 2);
     if (id >= J_NS_MAX) return -1;
     if (p[0] == R_NS) {
-        if (len < 4 || len != 4u + p[3] || p[3] == 0) return -1;
+        if (len < 4 || len != 4u + p[3] || p[3] == 0 ||
+            memchr(p + 4, 0, p[3]) != NULL)
+            return -1;
         free(j->names[id]);
         if (!(j->names[id] = strndup((const char *)p + 4, p[3]))) abort();
         return 0;

@@ -35,10 +35,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "handlers.h"
 #include "hbm.h"
+#include "kvhbm.h"
+#include "kvwait.h"
+#include "kvxfer.h"
 #include "local.h"
 #include "log.h"
 #include "server.h"
+#include "store.h"
 #include "wire.h"
 
 /* ------------------------------------------------------------- records */

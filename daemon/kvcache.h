@@ -39,10 +39,11 @@
 #include <stdint.h>
 
 #include "gpu.h"
+#include "kvtier.pb-c.h"
 #include "kvtierd.h"
-#include "workq.h"
 #include "layout.h"
 #include "tier.h"
+#include "workq.h"
 
 #define KVC_MAX_REGS 64        /* registrations per connection */
 #define KVC_MAX_XFERS 1024     /* uncollected transfers per connection */
@@ -189,11 +190,6 @@ void kvc_close(struct kvtierd *d);
 /* ---- handlers.c -------------------------------------------------------- */
 
 struct req;
-/* Memory that lives until the response is packed (handlers.c). */
-void *req_alloc(struct req *r, size_t size);
-/* Set the response's error and text; returns e (handlers.c). */
-kvt_err req_fail(struct req *r, kvt_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
                      const Kvtier__RegisterKvCache *q, Kvtier__Response *rsp);
@@ -203,47 +199,15 @@ void kvc_do_unregister(struct req *r, struct kvtierd *d, uint32_t pipe,
 void kvc_do_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
                      const Kvtier__KvTransfer *q, int kind,
                      Kvtier__Response *rsp);
-void kvc_do_wait(struct req *r, struct kvtierd *d, uint32_t pipe,
-                 const Kvtier__KvWait *q, Kvtier__Response *rsp);
 void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe);
 void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s);
 
-/* ---- between kvcache.c, kvxfer.c and kvwait.c ------------------------- */
+/* ---- for kvxfer.c, kvwait.c and kvhbm.c -------------------------------- */
 
 struct kvc_xfer *kvc_xfer_find(struct kvc *k, uint64_t id);
 /* Unhash and free a transfer record (its chunks already settled). */
 void kvc_xfer_free(struct kvc *k, struct kvc_xfer *x);
 void kvc_reg_unref(struct kvc *k, struct kvc_reg *g);
 uint64_t kvc_new_id(struct kvc *k);
-
-/* kvxfer.c: the workers. */
-int kvc_pool_start(struct kvc *k);
-/* Join the workers; transfers still queued are not run, and results not
- * yet handed back are dropped: the caller settles every transfer. */
-void kvc_pool_stop(struct kvc *k);
-void kvc_pool_push(struct kvc *k, struct kvc_xfer *x);
-/* Take x off the queue if no worker has it yet: 1 if taken. */
-int kvc_pool_unqueue(struct kvc *k, struct kvc_xfer *x);
-/* Core thread: settle a transfer's chunks (commit, free or unpin) and
- * drop its registration reference. err is the result to record. */
-void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err);
-/* Install the SIGBUS guard workers copy under (again: harmless). */
-void kvc_sigbus_install(void);
-
-/* kvhbm.c: the HBM tier's policy. A copy for DRAM chunk (slot, gen), or
- * NULL if there is no HBM tier or no room even after dropping copies. */
-struct kvc_hent *kvh_reserve(struct kvc *k, uint32_t slot, uint32_t gen,
-                             uint64_t bytes);
-/* A filled copy becomes findable (and replaces a stale one of the slot). */
-void kvh_commit(struct kvc *k, struct kvc_hent *h);
-/* The valid copy of slot usable from device, or NULL (stale ones go). */
-struct kvc_hent *kvh_find(struct kvc *k, uint32_t slot, int device);
-void kvh_drop(struct kvc *k, struct kvc_hent *h);
-void kvh_close(struct kvc *k);
-
-/* kvwait.c: parked KvWait requests (their clients leaving: park.c). */
-/* A transfer of pipe finished: answer the waits it completes. */
-void kvc_wait_notify(struct kvc *k, uint32_t pipe);
-void kvc_wait_close(struct kvc *k);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handlers.h"
 #include "kvcache.h"
 #include "log.h"
 #include "park.h"

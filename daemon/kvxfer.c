@@ -30,7 +30,10 @@
 #include <time.h>
 
 #include "kvcache.h"
+#include "kvhbm.h"
+#include "kvwait.h"
 #include "log.h"
+#include "store.h"
 
 /* ----------------------------------------------------------- SIGBUS guard */
 

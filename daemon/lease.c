@@ -6,24 +6,32 @@
  * READY chunks so eviction and delete leave their bytes alone. Every lease
  * has a deadline and dies with its pipe, so neither a hung nor a killed
  * client can hold memory. Ids start at a random value and are checked
- * against the owning pipe, so guessing one gains nothing.
+ * against the owning pipe, so guessing one gains nothing. What a lease
+ * holds is the caller's business: the table calls back to release it.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "kvtierd.h"
+#include "clock.h"
+#include "index.h"
+#include "lease.h"
 #include "log.h"
 
-static struct lease **bucket(struct kvtierd *d, uint64_t id)
+static struct lease **bucket(const struct lease_table *t, uint64_t id)
 {
-    return &d->leases.b[(id ^ (id >> 17)) % LEASE_BUCKETS];
+    return (struct lease **)&t->b[(id ^ (id >> 17)) % LEASE_BUCKETS];
 }
 
-struct lease *lease_new(struct kvtierd *d, uint32_t pipe, uint8_t kind,
-                        uint32_t n)
+void lease_init(struct lease_table *t, lease_release_fn release, void *arg)
 {
-    struct lease_table *t = &d->leases;
+    t->release = release;
+    t->arg = arg;
+}
+
+struct lease *lease_new(struct lease_table *t, uint32_t pipe, uint8_t kind,
+                        uint32_t n, uint64_t deadline)
+{
     if (t->next_id == 0 && getrandom(&t->next_id, sizeof t->next_id, 0) < 0)
         t->next_id = now_ms();
     struct lease *l = calloc(1, sizeof *l);
@@ -36,8 +44,8 @@ struct lease *lease_new(struct kvtierd *d, uint32_t pipe, uint8_t kind,
     l->pipe = pipe;
     l->kind = kind;
     l->n = n;
-    l->deadline = kvtierd_clock(d) + d->cfg.lease_timeout_ms;
-    struct lease **b = bucket(d, l->id);
+    l->deadline = deadline;
+    struct lease **b = bucket(t, l->id);
     l->hnext = *b;
     *b = l;
     t->count++;
@@ -47,57 +55,60 @@ oom:
     abort();
 }
 
-struct lease *lease_find(struct kvtierd *d, uint64_t id)
+struct lease *lease_find(const struct lease_table *t, uint64_t id)
 {
-    for (struct lease *l = *bucket(d, id); l; l = l->hnext)
+    for (struct lease *l = *bucket(t, id); l; l = l->hnext)
         if (l->id == id) return l;
     return NULL;
 }
 
-static void unlink_free(struct kvtierd *d, struct lease *l)
+kvt_err lease_own(const struct lease_table *t, uint64_t id, uint32_t pipe,
+                  uint8_t kind, struct lease **out)
 {
-    struct lease **p = bucket(d, l->id);
+    struct lease *l = lease_find(t, id);
+    *out = NULL;
+    if (!l || l->kind != kind) return KVT_ENOENT;
+    if (l->pipe != pipe) return KVT_EPERM;
+    *out = l;
+    return KVT_OK;
+}
+
+static void unlink_free(struct lease_table *t, struct lease *l)
+{
+    struct lease **p = bucket(t, l->id);
     while (*p != l) p = &(*p)->hnext;
     *p = l->hnext;
-    d->leases.count--;
+    t->count--;
     free(l->slot);
     free(l->parent);
     free(l->pgen);
     free(l);
 }
 
-void lease_forget(struct kvtierd *d, struct lease *l)
+void lease_forget(struct lease_table *t, struct lease *l)
 {
-    unlink_free(d, l);
+    unlink_free(t, l);
 }
 
-void lease_drop(struct kvtierd *d, struct lease *l)
+void lease_drop(struct lease_table *t, struct lease *l)
 {
-    for (uint32_t i = 0; i < l->n; i++) {
-        uint32_t s = l->slot[i];
-        if (s == IDX_NONE) continue;
-        struct idx_entry *e = idx_at(&d->idx, s);
-        if (l->kind == LEASE_WRITE) {
-            store_free(d, s);
-        } else if (idx_unpin(&d->idx, s) == 0 && e->state == IDX_DOOMED) {
-            store_free(d, s);
-        }
-    }
-    unlink_free(d, l);
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->slot[i] != IDX_NONE) t->release(t->arg, l->kind, l->slot[i]);
+    unlink_free(t, l);
 }
 
 /* Drop every lease for which drop_it() says so. */
-static uint64_t drop_where(struct kvtierd *d,
+static uint64_t drop_where(struct lease_table *t,
                            int (*drop_it)(const struct lease *, uint64_t),
                            uint64_t arg)
 {
     uint64_t n = 0;
     for (int b = 0; b < LEASE_BUCKETS; b++) {
-        struct lease *l = d->leases.b[b];
+        struct lease *l = t->b[b];
         while (l) {
             struct lease *next = l->hnext;
             if (drop_it(l, arg)) {
-                lease_drop(d, l);
+                lease_drop(t, l);
                 n++;
             }
             l = next;
@@ -123,26 +134,32 @@ static int any(const struct lease *l, uint64_t unused)
     return 1;
 }
 
-void lease_expire(struct kvtierd *d, uint64_t now)
+uint64_t lease_expire(struct lease_table *t, uint64_t now)
 {
-    if (d->leases.count == 0) return;
-    uint64_t n = drop_where(d, past_deadline, now);
-    if (n) {
-        d->st.expired_leases += n;
-        log_warn("lease", "%llu lease(s) passed their deadline and were dropped",
-                 (unsigned long long)n);
-    }
+    if (t->count == 0) return 0;
+    uint64_t n = drop_where(t, past_deadline, now);
+    if (n) log_warn("lease", "%llu lease(s) passed their deadline and were dropped",
+                    (unsigned long long)n);
+    return n;
 }
 
-void lease_drop_pipe(struct kvtierd *d, uint32_t pipe)
+void lease_drop_pipe(struct lease_table *t, uint32_t pipe)
 {
-    if (d->leases.count == 0) return;
-    uint64_t n = drop_where(d, of_pipe, pipe);
+    if (t->count == 0) return;
+    uint64_t n = drop_where(t, of_pipe, pipe);
     if (n) log_debug("lease", "pipe %u closed: dropped %llu lease(s)", pipe,
                      (unsigned long long)n);
 }
 
-void lease_drop_all(struct kvtierd *d)
+void lease_drop_all(struct lease_table *t)
 {
-    drop_where(d, any, 0);
+    drop_where(t, any, 0);
+}
+
+void lease_counts(const struct lease_table *t, uint64_t *read, uint64_t *write)
+{
+    *read = *write = 0;
+    for (int i = 0; i < LEASE_BUCKETS && *read + *write < t->count; i++)
+        for (const struct lease *l = t->b[i]; l; l = l->hnext)
+            (*(l->kind == LEASE_READ ? read : write))++;
 }

@@ -39,7 +39,9 @@
 #include <unistd.h>
 
 #include "peer/cluster.h"
+#include "adopt.h"
 #include "events.h"
+#include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
@@ -49,6 +51,7 @@
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "server.h"
+#include "store.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -237,6 +240,7 @@ static int open_tiers(struct kvtierd *d)
     }
     d->idx.nv_active = nvs_index_slots(&d->cfg) > 0; /* before any insert */
     d->idx.plain_lru = d->cfg.plain_lru != 0;
+    lease_init(&d->leases, handle_lease_release, d);
     if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
     if (nvs_open(d) != 0) return -1;   /* loads the NVMe index */
     return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
@@ -281,6 +285,13 @@ static int open_server(struct kvtierd *d)
     return 0;
 }
 
+/* Parked requests answer through the transports: after they open. */
+static int open_park(struct kvtierd *d)
+{
+    struct park_env env = {d->srv, d->local, (uint32_t)d->cfg.contexts / 2, d};
+    return park_open(&env, &d->park);
+}
+
 static int open_metrics(struct kvtierd *d)
 {
     char err[640] = "", url[CFG_STR_MAX + 32];
@@ -304,12 +315,12 @@ static int open_all(struct kvtierd *d)
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
-    if (wq_cq_open(&d->cq) != 0 || park_open(d) != 0 || open_tiers(d) != 0 ||
-        ev_open(d) != 0)
+    if (wq_cq_open(&d->cq) != 0 || open_tiers(d) != 0 ||
+        ev_open(&d->cfg, &d->idx, &d->ns, &d->ev) != 0)
         return -1;
     notify("STATUS=starting listeners");
-    if (open_server(d) != 0 || open_local(d) != 0 || open_metrics(d) != 0 ||
-        cluster_open(d) != 0)
+    if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
+        open_metrics(d) != 0 || cluster_open(d) != 0)
         return -1;
     return 0;
 }
@@ -379,7 +390,7 @@ static int drain_done(struct kvtierd *d)
                  (unsigned long long)d->leases.count,
                  (unsigned long long)(unfinished(d) - d->leases.count));
         d->met.leases_cancelled += d->leases.count;
-        lease_drop_all(d);
+        lease_drop_all(&d->leases);
     }
     return 1;
 }
@@ -390,7 +401,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     ssize_t r = read(lp->tfd, &n, sizeof n);
     (void)r;
     uint64_t now = kvtierd_clock(d);
-    lease_expire(d, now);
+    d->st.expired_leases += lease_expire(&d->leases, now);
     store_watermark(d);
     nvs_tick(d);
     adopt_tick(d);
@@ -513,15 +524,15 @@ static int run_loop(struct kvtierd *d)
     int rc = loop_open(d, &lp);
     while (rc == 0 && lp.running) {
         struct epoll_event evs[8];
-        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d));
+        int n = epoll_wait(lp.ep, evs, 8, park_wait_ms(d->park, kvtierd_clock(d)));
         if (n < 0 && errno != EINTR) {
             log_error("main", "epoll_wait: %s", strerror(errno));
             rc = -1;
         }
         for (int i = 0; i < n && lp.running; i++) dispatch_fd(d, &lp, evs[i].data.fd);
-        if (lp.running) park_run_due(d);
+        if (lp.running) park_run_due(d->park, kvtierd_clock(d));
         if (d->evict_target) store_watermark(d);
-        ev_flush(d); /* this iteration's KV events: one message */
+        ev_flush(d->ev); /* this iteration's KV events: one message */
         if (d->draining && lp.running && drain_done(d)) lp.running = 0;
     }
     loop_close(&lp);
@@ -542,16 +553,18 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     nvs_quiesce(d); /* NVMe I/O done, parked requests answered */
     kvc_close(d); /* workers first: they post to the server */
     cluster_close(d);
-    park_close(d); /* what no module answered: dropped, before the transports */
+    park_close(d->park); /* what no module answered: dropped, before the transports */
+    d->park = NULL;
     metrics_http_close(d->http);
     d->http = NULL;
     local_close(d->local);
     d->local = NULL;
     server_close(d->srv);
-    if (d->dram) lease_drop_all(d);
+    if (d->dram) lease_drop_all(&d->leases);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */
-    ev_close(d);
+    ev_close(d->ev);
+    d->ev = NULL;
     idx_destroy(&d->idx);
     ns_free(&d->ns);
     dram_close(d->dram, !d->cfg.dram_adopt);

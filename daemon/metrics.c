@@ -376,18 +376,10 @@ static void render_namespaces(struct sbuf *b, struct kvtierd *d)
                   d->ns.v[i].bytes);
 }
 
-static void count_leases(struct kvtierd *d, uint64_t *rd, uint64_t *wr)
-{
-    *rd = *wr = 0;
-    for (int i = 0; i < LEASE_BUCKETS && *rd + *wr < d->leases.count; i++)
-        for (const struct lease *l = d->leases.b[i]; l; l = l->hnext)
-            (*(l->kind == LEASE_READ ? rd : wr))++;
-}
-
 static void render_leases(struct sbuf *b, struct kvtierd *d)
 {
     uint64_t rd, wr;
-    count_leases(d, &rd, &wr);
+    lease_counts(&d->leases, &rd, &wr);
     family(b, "kvtier_leases", "gauge", "Leases held by clients now, by kind.");
     sample(b, "kvtier_leases", "kind=\"read\"", rd);
     sample(b, "kvtier_leases", "kind=\"write\"", wr);
@@ -451,7 +443,7 @@ static void render_latency(struct sbuf *b, struct kvtierd *d)
 static void render_events(struct sbuf *b, struct kvtierd *d)
 {
     struct ev_stats s;
-    ev_get_stats(d, &s);
+    ev_get_stats(d->ev, &s);
     family(b, "kvtier_events_total", "counter",
            "KV events (BlockStored, BlockRemoved, AllBlocksCleared records) by "
            "outcome: published on the PUB socket, or dropped (publisher queue "

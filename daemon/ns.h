@@ -17,8 +17,32 @@
 #include <stdint.h>
 
 #include "kvtier.h"
+#include "metrics.h"
+
+#define NS_NONE UINT16_MAX
+#define NS_LIMIT 4096
+
+struct ns_info {
+    char *name;
+    uint32_t owner; /* connection that created it, 0: the daemon (ns.h) */
+    uint32_t holds; /* holders besides index slots (ns.h) */
+    uint64_t chunks, bytes, hits, misses;
+    /* metrics.c: by enum hit_op */
+    uint64_t hit_chunks[HIT_OPS], miss_chunks[HIT_OPS], hit_bytes[HIT_OPS];
+};
+
+struct ns_table {
+    struct ns_info *v;
+    uint32_t n, cap;
+};
 
 struct kvtierd;
+
+/* The id of name, or NS_NONE; and the id of name created if need be
+ * (NS_NONE: the table is full). The table alone, no holds. */
+uint16_t ns_find(const struct ns_table *t, const char *name);
+uint16_t ns_intern(struct ns_table *t, const char *name);
+void ns_free(struct ns_table *t);
 
 /* May connection pipe (0: the daemon itself) use namespace name, creating
  * it if it is new or unheld? KVT_OK, or an error with its text in why:

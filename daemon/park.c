@@ -20,7 +20,9 @@
  * earliest one (park_wait_ms) and then runs ops->due (park_run_due).
  * The table is a plain list: parks are few (bounded by the contexts and
  * by the connections, one each), and each is touched O(1) times per
- * event. Core thread only.
+ * event. The table holds what it answers through (struct park_env);
+ * only the three calls the parking modules make take the daemon, for its
+ * d->park. Core thread only.
  */
 #include "park.h"
 
@@ -41,6 +43,7 @@ struct park {
 };
 
 struct park_table {
+    struct park_env env;
     struct park *head;
     uint32_t n, n_nng;
 };
@@ -50,10 +53,13 @@ static int is_local(uint32_t pipe)
     return pipe >= LOCAL_ID_BASE;
 }
 
-int park_open(struct kvtierd *d)
+int park_open(const struct park_env *env, struct park_table **out)
 {
-    d->park = calloc(1, sizeof *d->park);
-    return d->park ? 0 : -1;
+    struct park_table *t = calloc(1, sizeof *t);
+    if (!t) return -1;
+    t->env = *env;
+    *out = t;
+    return 0;
 }
 
 static void unlink_park(struct park_table *t, struct park *p)
@@ -66,46 +72,46 @@ static void unlink_park(struct park_table *t, struct park *p)
 }
 
 /* Unlink, let the module let go, then release the transport's hold. */
-static void drop(struct kvtierd *d, struct park *p, int conn_open)
+static void drop(struct park_table *t, struct park *p, int conn_open)
 {
-    unlink_park(d->park, p);
-    p->ops->gone(d, p->owner);
+    unlink_park(t, p);
+    p->ops->gone(t->env.d, p->owner);
     if (!is_local(p->pipe)) /* the context serves again */
-        server_reply_later(d->srv, p->later, NULL);
+        server_reply_later(t->env.srv, p->later, NULL);
     else if (conn_open)
-        local_reply_later(d->local, p->later, NULL);
+        local_reply_later(t->env.local, p->later, NULL);
     free(p);
 }
 
-void park_close(struct kvtierd *d)
+void park_close(struct park_table *t)
 {
-    if (!d->park) return;
-    while (d->park->head) drop(d, d->park->head, 1);
-    free(d->park);
-    d->park = NULL;
+    if (!t) return;
+    while (t->head) drop(t, t->head, 1);
+    free(t);
 }
 
-static void *defer_transport(struct kvtierd *d, uint32_t pipe)
+static void *defer_transport(struct park_table *t, uint32_t pipe)
 {
-    if (is_local(pipe)) return local_defer(d->local);
-    uint32_t cap = (uint32_t)d->cfg.contexts / 2;
-    if (d->park->n_nng >= (cap ? cap : 1)) return NULL;
-    return server_defer(d->srv);
+    if (is_local(pipe)) return local_defer(t->env.local);
+    uint32_t cap = t->env.nng_cap;
+    if (t->n_nng >= (cap ? cap : 1)) return NULL;
+    return server_defer(t->env.srv);
 }
 
 struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                         const struct park_ops *ops, void *owner)
 {
-    if (!d->park) return NULL;
-    void *later = defer_transport(d, pipe);
+    struct park_table *t = d->park;
+    if (!t) return NULL;
+    void *later = defer_transport(t, pipe);
     if (!later) return NULL;
     struct park *p = calloc(1, sizeof *p);
     if (!p) abort(); /* control-plane allocation */
-    *p = (struct park){pipe, req_id, 0, later, ops, owner, NULL, d->park->head};
+    *p = (struct park){pipe, req_id, 0, later, ops, owner, NULL, t->head};
     if (p->next) p->next->prev = p;
-    d->park->head = p;
-    d->park->n++;
-    d->park->n_nng += !is_local(pipe);
+    t->head = p;
+    t->n++;
+    t->n_nng += !is_local(pipe);
     return p;
 }
 
@@ -127,36 +133,37 @@ uint64_t park_req_id(const struct park *p)
 
 void park_answer(struct kvtierd *d, struct park *p, const Kvtier__Response *rsp)
 {
-    unlink_park(d->park, p);
+    struct park_table *t = d->park;
+    unlink_park(t, p);
     if (is_local(p->pipe)) {
-        local_reply_later(d->local, p->later, rsp);
+        local_reply_later(t->env.local, p->later, rsp);
     } else {
         nng_msg *m = NULL;
         if (rsp && wire_pack(&rsp->base, &m) != 0) m = NULL;
-        server_reply_later(d->srv, p->later, m);
+        server_reply_later(t->env.srv, p->later, m);
     }
     free(p);
 }
 
-void park_pipe_gone(struct kvtierd *d, uint32_t pipe)
+void park_pipe_gone(struct park_table *t, uint32_t pipe)
 {
-    if (!d->park) return;
-    struct park *p = d->park->head;
+    if (!t) return;
+    struct park *p = t->head;
     while (p) {
         if (p->pipe != pipe) {
             p = p->next;
             continue;
         }
-        drop(d, p, 0); /* gone may drop other parks: start over */
-        p = d->park->head;
+        drop(t, p, 0); /* gone may drop other parks: start over */
+        p = t->head;
     }
 }
 
-int park_wait_ms(struct kvtierd *d)
+int park_wait_ms(const struct park_table *t, uint64_t now)
 {
-    if (!d->park) return -1;
-    uint64_t due = 0, now = kvtierd_clock(d);
-    for (const struct park *p = d->park->head; p; p = p->next)
+    if (!t) return -1;
+    uint64_t due = 0;
+    for (const struct park *p = t->head; p; p = p->next)
         if (p->deadline && (due == 0 || p->deadline < due)) due = p->deadline;
     if (due == 0) return -1;
     return due > now ? (int)(due - now < 60000 ? due - now : 60000) : 0;
@@ -164,24 +171,23 @@ int park_wait_ms(struct kvtierd *d)
 
 /* Each due call answers p or moves its deadline; the deadline is cleared
  * first, so a callback that does neither is not called again and again. */
-void park_run_due(struct kvtierd *d)
+void park_run_due(struct park_table *t, uint64_t now)
 {
-    if (!d->park) return;
-    uint64_t now = kvtierd_clock(d);
-    struct park *p = d->park->head;
+    if (!t) return;
+    struct park *p = t->head;
     while (p) {
         if (!p->deadline || p->deadline > now) {
             p = p->next;
             continue;
         }
         p->deadline = 0;
-        p->ops->due(d, p->owner);
-        p = d->park->head; /* the list may have changed */
+        p->ops->due(t->env.d, p->owner);
+        p = t->head; /* the list may have changed */
     }
 }
 
-uint32_t park_count(const struct kvtierd *d, uint32_t *n_nng)
+uint32_t park_count(const struct park_table *t, uint32_t *n_nng)
 {
-    if (n_nng) *n_nng = d->park ? d->park->n_nng : 0;
-    return d->park ? d->park->n : 0;
+    if (n_nng) *n_nng = t ? t->n_nng : 0;
+    return t ? t->n : 0;
 }

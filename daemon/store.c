@@ -26,10 +26,12 @@
 #include <string.h>
 
 #include "peer/cluster.h"
+#include "adopt.h"
 #include "events.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "nvme/nvstore.h"
+#include "store.h"
 
 #define EVICT_SLICE 256
 #define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */

@@ -28,8 +28,8 @@ run_one() { # name, command...
     fi
 }
 
-for t in "$build"/tests/unit/* "$build"/tests/integration/* "$build"/tests/fault/* \
-         "$build"/tests/sim/*; do
+for t in "$build"/tests/unit/* "$build"/tests/fuzz/* "$build"/tests/integration/* \
+         "$build"/tests/fault/* "$build"/tests/sim/*; do
     [ -f "$t" ] && [ -x "$t" ] && [[ "$t" != *.d ]] || continue
     run_one "${t#$build/tests/}" "$t"
 done

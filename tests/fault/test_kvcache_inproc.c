@@ -21,8 +21,10 @@
 
 #include <cmocka.h>
 
+#include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
+#include "kvxfer.h"
 #include "log.h"
 #include "workq.h"
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kvcache.h"
+#include "handlers.h"
 #include "kvtierd.h"
 #include "workq.h"
 #include "log.h"
@@ -35,6 +36,7 @@ static void fuzz_init(void)
         abort();
     }
     fz->start_ms = now_ms();
+    lease_init(&fz->leases, handle_lease_release, fz);
     log_set_level(LOG_ERROR);
     if (wq_cq_open(&fz->cq) != 0 || kvc_open(fz) != 0) abort(); /* KV-cache state */
     pipe_added(fz, FUZZ_PIPE);
@@ -45,7 +47,7 @@ void kvt_fuzz_reset(void)
     if (!fz) return;
     kvc_close(fz);
     wq_cq_close(fz->cq);
-    lease_drop_all(fz);
+    lease_drop_all(&fz->leases);
     idx_destroy(&fz->idx);
     ns_free(&fz->ns);
     dram_close(fz->dram, 1);
@@ -70,6 +72,6 @@ int kvt_fuzz_one(const uint8_t *data, size_t size)
     free(out);
     int err = rsp.err;
     handle_response_free(&rsp, scratch);
-    if (fz->leases.count > 64) lease_drop_all(fz); /* keep the pool usable */
+    if (fz->leases.count > 64) lease_drop_all(&fz->leases); /* keep the pool usable */
     return err;
 }

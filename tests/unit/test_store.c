@@ -20,7 +20,9 @@
 
 #include "daemon.h"
 #include "kvtierd.h"
+#include "handlers.h"
 #include "log.h"
+#include "store.h"
 
 #define CH 4096u
 #define POOL (1u << 20) /* 256 chunks of CH */
@@ -42,6 +44,7 @@ static int setup(void **state)
         idx_init(&D->idx, POOL / DRAM_UNIT) != 0)
         return -1;
     D->start_ms = now_ms();
+    lease_init(&D->leases, handle_lease_release, D);
     log_set_level(LOG_ERROR);
     NS0 = ns_intern(&D->ns, "a/ns");
     NS1 = ns_intern(&D->ns, "b/ns");
@@ -51,7 +54,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    lease_drop_all(D);
+    lease_drop_all(&D->leases);
     idx_destroy(&D->idx);
     ns_free(&D->ns);
     dram_close(D->dram, 1);
@@ -78,7 +81,7 @@ static uint32_t find(uint16_t ns, uint64_t seed)
 /* Free every chunk, so each test starts from an empty pool. */
 static void clear(void)
 {
-    lease_drop_all(D);
+    lease_drop_all(&D->leases);
     for (uint32_t s = 0; s < D->idx.used; s++) {
         struct idx_entry *e = idx_at(&D->idx, s);
         if (e->state == IDX_FREE) continue;
@@ -162,32 +165,31 @@ static void test_leases_die_with_their_pipe(void **state)
 {
     (void)state;
     uint32_t r = put(NS0, 40, IDX_NONE);
-    struct lease *w = lease_new(D, 7, LEASE_WRITE, 2);
+    struct lease *w = lease_new(&D->leases, 7, LEASE_WRITE, 2, kvtierd_clock(D) + 30000);
     kvt_key k0 = td_key(41), k1 = td_key(42);
     assert_int_equal(store_reserve(D, NS0, &k0, CH, &w->slot[0]), KVT_OK);
     assert_int_equal(store_reserve(D, NS0, &k1, CH, &w->slot[1]), KVT_OK);
-    struct lease *rd = lease_new(D, 7, LEASE_READ, 1);
+    struct lease *rd = lease_new(&D->leases, 7, LEASE_READ, 1, kvtierd_clock(D) + 30000);
     rd->slot[0] = r;
     idx_pin(&D->idx, r);
-    struct lease *other = lease_new(D, 8, LEASE_READ, 1);
+    struct lease *other = lease_new(&D->leases, 8, LEASE_READ, 1, kvtierd_clock(D) + 30000);
     other->slot[0] = r;
     idx_pin(&D->idx, r);
-    assert_ptr_equal(lease_find(D, w->id), w);
+    assert_ptr_equal(lease_find(&D->leases, w->id), w);
     assert_int_equal(store_used(D), 3 * CH);
     uint64_t wid = w->id, rid = rd->id; /* both are freed below */
-    lease_drop_pipe(D, 7);
-    assert_null(lease_find(D, wid));
-    assert_null(lease_find(D, rid));
-    assert_ptr_equal(lease_find(D, other->id), other);
+    lease_drop_pipe(&D->leases, 7);
+    assert_null(lease_find(&D->leases, wid));
+    assert_null(lease_find(&D->leases, rid));
+    assert_ptr_equal(lease_find(&D->leases, other->id), other);
     assert_int_equal(find(NS0, 41), IDX_NONE);     /* uncommitted: freed */
     assert_int_equal(idx_at(&D->idx, r)->pins, 1); /* pipe 8's pin stays */
     assert_int_equal(store_used(D), CH);
     store_delete(D, r);                            /* doomed while leased */
     uint64_t id = other->id;
     other->deadline = 0;                           /* due now */
-    lease_expire(D, kvtierd_clock(D));
-    assert_null(lease_find(D, id));
-    assert_int_equal(D->st.expired_leases, 1);
+    assert_int_equal(lease_expire(&D->leases, kvtierd_clock(D)), 1);
+    assert_null(lease_find(&D->leases, id));
     assert_int_equal(find(NS0, 40), IDX_NONE);     /* freed at the last unpin */
     assert_int_equal(store_used(D), 0);
     assert_int_equal(D->leases.count, 0);

@@ -93,10 +93,11 @@ static uint8_t enc_val(uint8_t *v, const struct nvx_rec *r)
     return (uint8_t)(p - v);
 }
 
-static int dec(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+int nvx_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
                struct nvx_rec *r)
 {
-    if (kl < 2 || k[0] == 0 || kl != 1u + k[0] + KVT_KEY_LEN || vl < VAL_BASE)
+    if (kl < 2 || k[0] == 0 || kl != 1u + k[0] + KVT_KEY_LEN ||
+        vl < VAL_BASE || memchr(k + 1, 0, k[0]) != NULL)
         return -1;
     memset(r, 0, sizeof *r);
     memcpy(r->ns, k + 1, k[0]);
@@ -350,7 +351,7 @@ long long nvx_load(struct nvx *x, void (*fn)(void *arg, const struct nvx_rec *r)
         size_t kl, vl;
         const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
         if (kl && k[0] == 0) continue; /* meta */
-        if (dec((const uint8_t *)k, kl, (const uint8_t *)v, vl, &r) != 0) {
+        if (nvx_decode((const uint8_t *)k, kl, (const uint8_t *)v, vl, &r) != 0) {
             rocksdb_writebatch_delete(drop, k, kl);
             (*bad)++;
             continue;

@@ -76,6 +76,12 @@ uint64_t nvx_written(struct nvx *x);
 
 /* Sync, stop the worker, close. Accepts NULL. */
 void nvx_close(struct nvx *x);
+/* One RocksDB record (key kl bytes, value vl bytes) into r: 0, or -1 if it
+ * is not a record of this format (meta keys, damage). Every field of a
+ * decoded record is still only what the disk said: callers check it
+ * against the data files (nvme_loc_make). */
+int nvx_decode(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+               struct nvx_rec *r);
 
 /* Move a damaged index directory aside (path.damaged-<unix time>). */
 int nvx_move_aside(const char *path, char *moved, size_t movedlen);

@@ -17,10 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "events.h"
 #include "fault.h"
 #include "log.h"
 #include "nvstore_int.h"
+#include "store.h"
 #include "uring.h"
 
 #define FULL_BACKOFF_MS 1000

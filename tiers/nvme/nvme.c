@@ -86,7 +86,9 @@ int nvme_header_decode(const void *blk, struct nvme_meta *m)
     memcpy(&h, blk, sizeof h);
     if (h.magic != NVME_MAGIC || h.version != NVME_VERSION) return -1;
     if (h.hcsum != XXH3_64bits(&h, offsetof(struct disk_hdr, hcsum))) return -1;
-    if (h.ns_len == 0 || h.ns_len > KVT_NS_MAX || h.size == 0) return -1;
+    if (h.ns_len == 0 || h.ns_len > KVT_NS_MAX || h.size == 0 ||
+        memchr(h.ns, 0, h.ns_len) != NULL) /* a name, without a NUL inside */
+        return -1;
     memset(m, 0, sizeof *m);
     memcpy(m->ns, h.ns, h.ns_len);
     memcpy(m->key.b, h.key, KVT_KEY_LEN);
@@ -96,6 +98,14 @@ int nvme_header_decode(const void *blk, struct nvme_meta *m)
     m->csum = h.csum;
     m->seq = h.seq;
     return 0;
+}
+
+void nvme_header_seal(void *blk)
+{
+    struct disk_hdr h;
+    memcpy(&h, blk, sizeof h);
+    h.hcsum = XXH3_64bits(&h, offsetof(struct disk_hdr, hcsum));
+    memcpy(blk, &h, sizeof h);
 }
 
 /* --------------------------------------------------------------- files */
@@ -386,8 +396,9 @@ kvt_err nvme_loc_make(const struct nvme *n, unsigned dir, uint32_t num,
                          n->files[last].num == num ? last : n->n_files;
     for (unsigned i = 0; f == n->n_files && i < n->n_files; i++)
         if (n->files[i].dir == dir && n->files[i].num == num) f = i;
-    if (f == n->n_files || off % NVME_BLOCK || off + len > n->files[f].bytes)
-        return KVT_ENOENT;
+    if (f == n->n_files || off % NVME_BLOCK || len == 0 || off >= n->files[f].bytes ||
+        len > n->files[f].bytes - off)
+        return KVT_ENOENT; /* off and len come from the disk: no sum may wrap */
     last = f;
     *loc = (struct tier_loc){(uint64_t)f << NVME_FILE_SHIFT | off, len, 0};
     return KVT_OK;

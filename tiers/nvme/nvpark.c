@@ -21,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handlers.h"
 #include "log.h"
 #include "nvstore_int.h"
 #include "park.h"
+#include "store.h"
 #include "uring.h"
 #include "wire.h"
 

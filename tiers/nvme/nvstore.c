@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "handlers.h"
 #include "log.h"
 #include "nvstore_int.h"
 #include "uring.h"

@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "kvcache.h" /* req_alloc, req_fail */
+#include "handlers.h" /* req_alloc, req_fail */
 #include "kvtierd.h"
 #include "nvindex.h"
 #include "nvme.h"

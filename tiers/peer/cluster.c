@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kvcache.h" /* req_alloc */
+#include "handlers.h" /* req_alloc */
 #include "kvtierd.h"
 #include "log.h"
 #include "metrics.h"

@@ -33,11 +33,13 @@
 
 #include "cluster_int.h"
 #include "fault.h"
+#include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
 #include "park.h"
 #include "peer.h"
+#include "store.h"
 #include "wire.h"
 #include "workq.h"
 
