@@ -134,7 +134,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) $(TEST_LIBS)
 
-$(BUILD)/obj/tests/sim/%.o $(BUILD)/obj/tests/unit/test_swim.o: CPPFLAGS += -Itiers/peer -Itests/sim
+$(BUILD)/obj/tests/sim/%.o $(BUILD)/obj/tests/unit/test_swim.o: \
+    CPPFLAGS += -Itiers/peer -Itests/sim
 $(BUILD)/tests/unit/test_swim: $(SIM_LIB)
 $(BUILD)/tests/sim/%: $(BUILD)/obj/tests/sim/%.o $(SIM_LIB) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
