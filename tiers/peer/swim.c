@@ -703,6 +703,7 @@ static void on_ack(struct mb *mb, uint32_t seq, uint64_t rx, int nack)
         }
         if (!p->acked) health_add(mb, -1);
         p->acked = 1;
+        p->active = 0; /* done: no timer of it may keep ticking */
         return;
     }
     if (nack) return;
