@@ -65,7 +65,7 @@ struct susp {
 };
 
 struct claim {
-    uint32_t id, from, tx;
+    uint32_t id, from, tx, mark;
     int state;
     uint64_t inc;
     char addr[MB_ADDR_MAX];
@@ -88,7 +88,7 @@ struct probe {
 };
 
 struct swim {
-    uint32_t seq;
+    uint32_t seq, msgno;
     struct probe pr;
     uint32_t *order;                  /* shuffled ids to probe */
     size_t norder, pos, ordcap;
@@ -255,6 +255,7 @@ static void enqueue(struct mb *mb, uint32_t id, int state, uint64_t inc, const c
     c->inc = inc;
     c->from = from;
     c->tx = 0;
+    c->mark = 0;
     snprintf(c->addr, sizeof c->addr, "%s", state == MB_ALIVE && addr ? addr : "");
     c->meta_len = state == MB_ALIVE ? meta_len : 0;
     if (c->meta_len) {
@@ -278,12 +279,6 @@ static void fill_claim(Kvtier__SwimMember *sm, const struct claim *c)
     sm->addr = (char *)c->addr;
     sm->meta = (ProtobufCBinaryData){c->meta_len, c->meta};
     sm->from = c->from;
-}
-
-static int by_tx(const void *a, const void *b)
-{
-    const struct claim *x = a, *y = b;
-    return x->tx < y->tx ? -1 : x->tx > y->tx;
 }
 
 /* ------------------------------------------------------------- sending */
@@ -316,16 +311,22 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
             room -= buddy.size;
         }
     }
-    if (sw->nq > 1) qsort(sw->q, sw->nq, sizeof *sw->q, by_tx);
-    for (size_t i = 0; i < sw->nq && room > 8; i++) {
-        struct claim *c = &sw->q[i];
-        if (c->size > room || (n && buddy.size && c->id == buddy.id)) continue;
-        fill_claim(&sm[n], c);
-        sp[n] = &sm[n];
-        n++;
-        room -= c->size;
-        c->tx++;
-    }
+    /* Least-sent first, level by level: no sort (the queue holds one
+     * claim per changed member, thousands while a fleet starts). */
+    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+    for (uint32_t lvl = 0; lvl < lim && room > 8; lvl++)
+        for (size_t i = 0; i < sw->nq && room > 8; i++) {
+            struct claim *c = &sw->q[i];
+            if (c->tx != lvl || c->mark == mark || c->size > room ||
+                (buddy.size && c->id == buddy.id))
+                continue;
+            fill_claim(&sm[n], c);
+            sp[n] = &sm[n];
+            n++;
+            room -= c->size;
+            c->tx++;
+            c->mark = mark;
+        }
     msg->n_gossip = n;
     msg->gossip = sp;
     size_t len = kvtier__swim_msg__get_packed_size(msg);
@@ -338,7 +339,6 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     msg->n_gossip = 0;
     msg->gossip = NULL;
     /* Drop claims sent often enough. */
-    uint32_t lim = retransmits(mb);
     for (size_t i = 0; i < sw->nq;)
         if (sw->q[i].tx >= lim) {
             claim_free(&sw->q[i]);
