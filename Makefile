@@ -30,7 +30,7 @@ CPPFLAGS += -Iclient/include -Icommon -Idaemon -Itiers -Icuda -Iclient -Itests/l
 LIBS    := -lnng -lprotobuf-c -linih -lxxhash -lcrypto -lpthread -ldl -lm
 # The daemon alone needs these (NVMe tier, its index, the peer tier over
 # UCX, KV events over ZMQ); libkvtier does not.
-DAEMON_LIBS := -luring -lrocksdb -lucp -lucs -lzmq
+DAEMON_LIBS := -luring -lrocksdb -lucp -lucs -lzmq -lcurl
 TEST_LIBS := -lcmocka
 
 GEN_C   := $(BUILD)/gen/kvtier.pb-c.c

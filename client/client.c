@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tlsconf.h"
 #include "wire.h"
 
 #define RAW_ID UINT64_MAX /* raw calls: any response id is theirs */
@@ -319,6 +320,29 @@ static const char *default_url(const char *url, char *buf, size_t len)
     return buf;
 }
 
+/* tls+tcp:// urls present the certificate in KVTIER_TLS_CERT (its key in
+ * KVTIER_TLS_KEY) and check the daemon's against KVTIER_TLS_CA (and its
+ * name against KVTIER_TLS_SERVER_NAME when set). 0 or an nng error. */
+static int dial(kvt_client *c, const char *url)
+{
+    nng_dialer d;
+    nng_tls_config *tls = NULL;
+    char err[256];
+    if (strncmp(url, "tls+tcp://", 10) != 0) return nng_dial(c->sock, url, NULL, 0);
+    struct tlsconf_files f = {getenv("KVTIER_TLS_CA"), getenv("KVTIER_TLS_CERT"),
+                              getenv("KVTIER_TLS_KEY")};
+    const char *name = getenv("KVTIER_TLS_SERVER_NAME");
+    if (tlsconf_build(&tls, 0, &f, name && name[0] ? name : NULL, err, sizeof err) != 0) {
+        set_err(c, err);
+        return NNG_EINVAL;
+    }
+    int rv = nng_dialer_create(&d, c->sock, url);
+    if (rv == 0) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tls);
+    if (rv == 0) rv = nng_dialer_start(d, 0);
+    nng_tls_config_free(tls); /* the dialer holds its own reference */
+    return rv;
+}
+
 kvt_err kvt_connect(const char *url, kvt_client **out)
 {
     char buf[1100];
@@ -335,7 +359,7 @@ kvt_err kvt_connect(const char *url, kvt_client **out)
         nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
         nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
         kvt_set_timeout(c, 10000);
-        rv = nng_dial(c->sock, url, NULL, 0);
+        rv = dial(c, url);
     }
     kvt_err e = rv ? wire_nng_err(rv) : hello(c, strncmp(url, "ipc://", 6) == 0);
     if (e != KVT_OK) {

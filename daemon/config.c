@@ -13,7 +13,8 @@
 #include "xxhash.h"
 
 enum cfg_type {
-    CFG_STR, CFG_U64, CFG_BYTES, CFG_FRAC, CFG_OCTAL, CFG_LEVEL, CFG_ADDR
+    CFG_STR, CFG_U64, CFG_BYTES, CFG_FRAC, CFG_OCTAL, CFG_LEVEL, CFG_ADDR,
+    CFG_TENANT /* repeatable: each line adds one tenant (struct kvt_tenants) */
 };
 
 struct cfg_key {
@@ -58,6 +59,40 @@ static const struct cfg_key keys[] = {
     {"daemon", "local_max_conns", CFG_U64, F(local_max_conns), "1024", 1, 1048576,
      "count", 0, "fast-channel connections open at most; past it a new one is "
      "closed at once and its client stays on nng"},
+    {"daemon", "park_per_client", CFG_U64, F(park_per_client), "8", 1, 1024,
+     "count", 1, "requests one connection may have waiting at once (a GET on "
+     "NVMe reads or peers, a LOOKUP on the cluster, FLUSH, VERIFY, KV_WAIT); "
+     "past it such a request is refused with KVT_EBUSY and other clients are "
+     "not affected"},
+    {"daemon", "socket_mode", CFG_OCTAL, F(socket_mode), "0", 0, 0777, "mode", 0,
+     "file mode of the ipc and fast-channel sockets (octal); 0: dram.pool_mode. "
+     "With tenants the sockets may be opened wider than the pool: clients the "
+     "pool's mode keeps out use copying calls"},
+    {"daemon", "tls_cert", CFG_STR, F(tls_cert), "", 0, 0, "path", 0,
+     "PEM certificate the tls+tcp:// client listeners present (daemon.tcp and "
+     "the tenants' tls= listeners)"},
+    {"daemon", "tls_key", CFG_STR, F(tls_key), "", 0, 0, "path", 0,
+     "PEM private key of daemon.tls_cert"},
+    {"daemon", "tls_ca", CFG_STR, F(tls_ca), "", 0, 0, "path", 0,
+     "PEM CA certificates that sign the client certificates daemon.tcp "
+     "accepts; a client without one is refused during the handshake"},
+    {"daemon", "tcp_insecure", CFG_U64, F(tcp_insecure), "0", 0, 1, "bool", 0,
+     "1: daemon.tcp may be a plain tcp:// url (no encryption, no client "
+     "authentication; a warning is logged); refused when tenants are set"},
+    {"tenants", "tenant", CFG_TENANT, F(tenants), "", 0, 0, "spec", 0,
+     "one tenant per line, repeatable: name=NAME uids=U,.. gids=G,.. "
+     "prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH]. A local client (ipc "
+     "socket, fast channel) belongs to the first tenant listing its uid or "
+     "gid (SO_PEERCRED); a remote one to the tenant whose tls= listener "
+     "verified its certificate against that tenant's ca. A tenant uses only "
+     "namespaces starting with one of its prefixes. No line: one tenant, "
+     "everything allowed to whoever can open the socket. With tenants, "
+     "credentials no tenant lists are refused"},
+    {"tenants", "admin_group", CFG_STR, F(admin_group), "", 0, 0, "group", 0,
+     "group (name or gid) whose members, and the daemon's own uid, are "
+     "operators: LIST of every namespace, CLEAR, EVICT, FLUSH, VERIFY, PEERS "
+     "and any namespace. Only the daemon's uid when empty. Used only when "
+     "tenants are set; clients of daemon.tcp are operators then"},
     {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,
@@ -150,6 +185,19 @@ static const struct cfg_key keys[] = {
      "the worker is polled while peer fetches or pins are outstanding, and a "
      "dead peer's fetches end at the GET deadline or when the member is marked "
      "dead. UCX picks the transport (UCX_TLS)"},
+    {"cluster", "membership", CFG_STR, F(cluster_membership), "swim", 0, 0, "name", 0,
+     "how members find each other: swim (embedded, no service needed) or etcd "
+     "(members register under cluster.etcd_prefix with a lease and watch it; "
+     "etcd's revision is the epoch)"},
+    {"cluster", "etcd_endpoints", CFG_STR, F(cluster_etcd_endpoints), "", 0, 0, "urls",
+     0, "comma-separated http://host:port of etcd's client urls (v3 JSON gateway), "
+     "for cluster.membership = etcd"},
+    {"cluster", "etcd_prefix", CFG_STR, F(cluster_etcd_prefix), "/kvtier/members/", 0,
+     0, "key", 0, "etcd key prefix under which each member registers as "
+     "<prefix><node_id> (at most 255 bytes)"},
+    {"cluster", "etcd_lease_s", CFG_U64, F(cluster_etcd_lease_s), "10", 2, 3600, "s", 0,
+     "lease of a member's etcd key, kept alive every third of it: a member that "
+     "stops is seen dead this long after"},
     {"events", "endpoint", CFG_STR, F(events_endpoint), "", 0, 0, "url", 0,
      "ZMQ endpoint of the KV-events PUB socket (vLLM's KV-events format, for "
      "routers such as llm-d or Dynamo); tcp://*:PORT or ipc://PATH binds, "
@@ -290,11 +338,102 @@ static int check_addr(const struct cfg_key *k, const char *v, char *err,
     return -1;
 }
 
+/* "1,2,3" into ids; 0 or -1. */
+static int parse_ids(const char *v, uint32_t *ids, uint32_t *n)
+{
+    char *end;
+    for (const char *p = v; *p; p = end + (*end == ',')) {
+        errno = 0;
+        unsigned long u = strtoul(p, &end, 10);
+        if (end == p || errno || u > UINT32_MAX || (*end && *end != ',') ||
+            *p == '-' || *n == CFG_TENANT_IDS)
+            return -1;
+        ids[(*n)++] = (uint32_t)u;
+    }
+    return *n ? 0 : -1;
+}
+
+static int parse_prefixes(const char *v, struct kvt_tenant *t)
+{
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof t->prefixes[0] ||
+            t->n_prefixes == CFG_TENANT_PREFIXES)
+            return -1;
+        memcpy(t->prefixes[t->n_prefixes], p, len);
+        t->prefixes[t->n_prefixes++][len] = '\0';
+        p += len + (p[len] == ',');
+    }
+    return t->n_prefixes ? 0 : -1;
+}
+
+static int copy_field(char *dst, size_t cap, const char *v)
+{
+    if (!v[0] || strlen(v) >= cap) return -1;
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+/* One "field=value" of a tenant line. */
+static int tenant_field(struct kvt_tenant *t, const char *f, size_t flen,
+                        const char *v)
+{
+#define IS(name) (flen == sizeof name - 1 && !memcmp(f, name, flen))
+    if (IS("name")) return copy_field(t->name, sizeof t->name, v);
+    if (IS("uids")) return parse_ids(v, t->uids, &t->n_uids);
+    if (IS("gids")) return parse_ids(v, t->gids, &t->n_gids);
+    if (IS("prefixes")) return parse_prefixes(v, t);
+    if (IS("tls"))
+        return strncmp(v, "tls+tcp://", 10) ? -1 : copy_field(t->tls, sizeof t->tls, v);
+    if (IS("ca")) return copy_field(t->ca, sizeof t->ca, v);
+    return -1;
+#undef IS
+}
+
+static int tenant_err(const char *v, const char *why, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "tenants.tenant = '%s': %s (want name=NAME uids=U,.. "
+             "gids=G,.. prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH])", v, why);
+    return -1;
+}
+
+/* A tenant line, whitespace-separated fields, appended to ts. */
+static int add_tenant(struct kvt_tenants *ts, const char *v, char *err,
+                      size_t errlen)
+{
+    char buf[CFG_STR_MAX], *save = NULL;
+    if (v[0] == '\0') return 0; /* the default: no tenant */
+    if (ts->n == CFG_TENANTS_MAX) return tenant_err(v, "too many tenants", err, errlen);
+    if (strlen(v) >= sizeof buf) return tenant_err(v, "too long", err, errlen);
+    struct kvt_tenant *t = &ts->v[ts->n];
+    memset(t, 0, sizeof *t);
+    memcpy(t->spec, v, strlen(v) + 1);
+    memcpy(buf, v, strlen(v) + 1);
+    for (char *tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || tenant_field(t, tok, (size_t)(eq - tok), eq + 1) != 0)
+            return tenant_err(v, tok, err, errlen);
+    }
+    if (!t->name[0]) return tenant_err(v, "no name", err, errlen);
+    if (!t->n_prefixes) return tenant_err(v, "no prefixes", err, errlen);
+    if (!t->n_uids && !t->n_gids && !t->tls[0])
+        return tenant_err(v, "no uids, gids or tls listener", err, errlen);
+    if (!t->tls[0] != !t->ca[0])
+        return tenant_err(v, "tls and ca go together", err, errlen);
+    for (uint32_t i = 0; i < ts->n; i++)
+        if (!strcmp(ts->v[i].name, t->name))
+            return tenant_err(v, "name used twice", err, errlen);
+    ts->n++;
+    return 0;
+}
+
 static int set_value(struct kvt_config *c, const struct cfg_key *k,
                      const char *v, char *err, size_t errlen)
 {
     void *dst = (char *)c + k->off;
     switch (k->type) {
+    case CFG_TENANT:
+        return add_tenant(dst, v, err, errlen);
     case CFG_ADDR:
         if (check_addr(k, v, err, errlen) != 0) return -1;
         goto copy;
@@ -415,6 +554,32 @@ static int check_events(const struct kvt_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* The remote client listeners: TLS with client certificates, or plain tcp
+ * only when asked for by name and never beside tenants. */
+static int check_tcp(const struct kvt_config *c, char *err, size_t errlen)
+{
+    int plain = !strncmp(c->tcp, "tcp://", 6), tls = !strncmp(c->tcp, "tls+tcp://", 10);
+    int any_tls = tls;
+    for (uint32_t i = 0; i < c->tenants.n; i++) any_tls |= c->tenants.v[i].tls[0] != 0;
+    if (c->tcp[0] && !plain && !tls) {
+        snprintf(err, errlen, "daemon.tcp '%s': want tls+tcp://host:port (or "
+                 "tcp:// with daemon.tcp_insecure = 1)", c->tcp);
+        return -1;
+    }
+    if (plain && (!c->tcp_insecure || c->tenants.n)) {
+        snprintf(err, errlen, "daemon.tcp '%s' is plain tcp: anyone who reaches "
+                 "it may read and write the cache; use tls+tcp:// or set "
+                 "daemon.tcp_insecure = 1 (not allowed with tenants)", c->tcp);
+        return -1;
+    }
+    if (any_tls && (!c->tls_cert[0] || !c->tls_key[0] || (tls && !c->tls_ca[0]))) {
+        snprintf(err, errlen, "a tls+tcp:// listener needs daemon.tls_cert and "
+                 "daemon.tls_key%s", tls ? ", and daemon.tcp needs daemon.tls_ca" : "");
+        return -1;
+    }
+    return 0;
+}
+
 int config_finish(struct kvt_config *c, char *err, size_t errlen)
 {
     if (c->low_watermark >= c->high_watermark) {
@@ -427,10 +592,7 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "daemon.socket '%s': want ipc:// or tcp://", c->socket);
         return -1;
     }
-    if (c->tcp[0] && strncmp(c->tcp, "tcp://", 6) != 0) {
-        snprintf(err, errlen, "daemon.tcp '%s': want tcp://host:port", c->tcp);
-        return -1;
-    }
+    if (check_tcp(c, err, errlen) != 0) return -1;
     if (c->nvme_low_watermark >= c->nvme_high_watermark) {
         snprintf(err, errlen, "nvme.nvme_low_watermark (%g) must be below "
                  "nvme.nvme_high_watermark (%g)", c->nvme_low_watermark,
@@ -441,6 +603,18 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
                                  c->cluster_node_id == 0)) {
         snprintf(err, errlen, "cluster.listen '%s' wants tcp://host:port and a "
                  "cluster.node_id of 1 or more", c->cluster_listen);
+        return -1;
+    }
+    if (strcmp(c->cluster_membership, "swim") && strcmp(c->cluster_membership, "etcd")) {
+        snprintf(err, errlen, "cluster.membership '%s': want swim or etcd",
+                 c->cluster_membership);
+        return -1;
+    }
+    if (!strcmp(c->cluster_membership, "etcd") &&
+        (!c->cluster_etcd_endpoints[0] || !c->cluster_etcd_prefix[0] ||
+         strlen(c->cluster_etcd_prefix) > 255)) {
+        snprintf(err, errlen, "cluster.membership = etcd wants cluster.etcd_endpoints and "
+                 "a cluster.etcd_prefix of 1 to 255 bytes");
         return -1;
     }
     if (c->cluster_failure_ms <= c->cluster_heartbeat_ms) {
@@ -481,7 +655,22 @@ static void format_u64(enum cfg_type t, uint64_t u, char *buf, size_t len)
 
 static int is_text(enum cfg_type t)
 {
-    return t == CFG_STR || t == CFG_LEVEL || t == CFG_ADDR;
+    return t == CFG_STR || t == CFG_LEVEL || t == CFG_ADDR || t == CFG_TENANT;
+}
+
+/* Tenants for the diff: their names and a hash of every line. */
+static void format_tenants(const struct kvt_tenants *ts, char *buf, size_t len)
+{
+    uint64_t h = 0;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < ts->n && at < len; i++) {
+        h = XXH3_64bits_withSeed(ts->v[i].spec, strlen(ts->v[i].spec), h);
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? "," : "",
+                               ts->v[i].name);
+    }
+    if (ts->n && at < len)
+        snprintf(buf + at, len - at, " (%016llx)", (unsigned long long)h);
 }
 
 /* The value of key k in c as the INI file would spell it. */
@@ -489,7 +678,8 @@ static void format_value(const struct kvt_config *c, const struct cfg_key *k,
                          char *buf, size_t len)
 {
     const void *src = (const char *)c + k->off;
-    if (is_text(k->type)) snprintf(buf, len, "%s", (const char *)src);
+    if (k->type == CFG_TENANT) format_tenants(src, buf, len);
+    else if (is_text(k->type)) snprintf(buf, len, "%s", (const char *)src);
     else if (k->type == CFG_FRAC) snprintf(buf, len, "%g", *(const double *)src);
     else format_u64(k->type, *(const uint64_t *)src, buf, len);
 }
@@ -536,6 +726,13 @@ static void print_key(FILE *f, const struct cfg_key *k,
     print_wrapped(f, k->help);
     fprintf(f, "# unit: %s%s; default: %s%s\n", k->unit, range,
             dv[0] ? dv : "(empty)", k->reload ? "; SIGHUP reloads it" : "");
+    if (k->type == CFG_TENANT) { /* one line per tenant */
+        const struct kvt_tenants *ts = (const void *)((const char *)c + k->off);
+        for (uint32_t i = 0; i < ts->n; i++)
+            fprintf(f, "%s = %s\n", k->name, ts->v[i].spec);
+        if (!ts->n) fprintf(f, "#%s =\n", k->name);
+        return;
+    }
     fprintf(f, "%s%s =%s%s\n", strcmp(val, dv) ? "" : "#", k->name,
             val[0] ? " " : "", val);
 }

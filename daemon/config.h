@@ -19,6 +19,28 @@
 
 #define CFG_STR_MAX 512
 
+/* [tenants] (tenant.c): who may use which namespaces. No tenant line: one
+ * tenant, everything allowed to whoever can reach the socket. */
+#define CFG_TENANTS_MAX 16
+#define CFG_TENANT_IDS 16
+#define CFG_TENANT_PREFIXES 8
+
+struct kvt_tenant {
+    char name[64];
+    char spec[CFG_STR_MAX];     /* the line as written (print, diff) */
+    uint32_t uids[CFG_TENANT_IDS], gids[CFG_TENANT_IDS];
+    uint32_t n_uids, n_gids;
+    char prefixes[CFG_TENANT_PREFIXES][64]; /* namespace name prefixes */
+    uint32_t n_prefixes;
+    char tls[128];              /* tls+tcp:// listener of its remote clients */
+    char ca[CFG_STR_MAX];       /* CA that signs its client certificates */
+};
+
+struct kvt_tenants {
+    struct kvt_tenant v[CFG_TENANTS_MAX];
+    uint32_t n;
+};
+
 struct kvt_config {
     /* [daemon] */
     char socket[CFG_STR_MAX];     /* nng url clients dial (ipc://...) */
@@ -33,6 +55,15 @@ struct kvt_config {
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
     uint64_t local_fast;          /* serve the local fast channel */
     uint64_t local_max_conns;     /* fast-channel connections at most */
+    uint64_t park_per_client;     /* parked requests one connection may hold */
+    uint64_t socket_mode;         /* octal mode of the sockets; 0: pool_mode */
+    char tls_cert[CFG_STR_MAX];   /* PEM certificate of the tls+tcp listeners */
+    char tls_key[CFG_STR_MAX];    /* ... and its private key */
+    char tls_ca[CFG_STR_MAX];     /* CA of daemon.tcp's client certificates */
+    uint64_t tcp_insecure;        /* 1: daemon.tcp may be plain tcp:// */
+    /* [tenants] */
+    struct kvt_tenants tenants;
+    char admin_group[64];         /* group whose members are operators */
     /* [dram] */
     char pool_path[CFG_STR_MAX];  /* shared-memory file; empty: derived */
     uint64_t pool_bytes;
@@ -68,6 +99,10 @@ struct kvt_config {
     uint64_t cluster_replicas;    /* owners of each global index entry */
     uint64_t cluster_lookup_ms;   /* LOOKUP waits this long for owners */
     uint64_t cluster_ucx_wakeup;  /* 1: UCX event fd; 0: poll (shared memory) */
+    char cluster_membership[CFG_STR_MAX];     /* "swim" or "etcd" */
+    char cluster_etcd_endpoints[CFG_STR_MAX]; /* comma list of http://host:port */
+    char cluster_etcd_prefix[CFG_STR_MAX];    /* member keys' prefix */
+    uint64_t cluster_etcd_lease_s; /* registration lease */
     /* [events] (events.c); off while endpoint is empty */
     char events_endpoint[CFG_STR_MAX];        /* ZMQ PUB url */
     char events_replay_endpoint[CFG_STR_MAX]; /* ZMQ ROUTER url; "" = none */

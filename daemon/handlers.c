@@ -23,6 +23,7 @@
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"
+#include "tenant.h"
 #include "wire.h"
 
 struct arena {
@@ -101,6 +102,7 @@ void pipe_added(struct kvtierd *d, uint32_t pipe)
         d->cap_pipes = ncap;
     }
     d->pipes[d->n_pipes++] = pipe;
+    tenant_conn_added(d->tenants, pipe);
 }
 
 void pipe_removed(struct kvtierd *d, uint32_t pipe)
@@ -113,6 +115,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
     park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(&d->leases, pipe);
     kvc_pipe_removed(d, pipe);
+    tenant_conn_removed(d->tenants, pipe);
 }
 
 int pipe_alive(const struct kvtierd *d, uint32_t pipe)
@@ -566,17 +569,17 @@ static void do_evict(struct req *r, const Kvtier__Evict *q)
 static void fill_ns_stats(struct req *r, Kvtier__StatsResp *s)
 {
     struct kvtierd *d = r->d;
-    s->n_ns = d->ns.n;
     s->ns = arena_alloc(r->a, d->ns.n * sizeof *s->ns);
     Kvtier__NsStats *v = arena_alloc(r->a, d->ns.n * sizeof *v);
     for (uint32_t i = 0; i < d->ns.n; i++) {
+        if (!tenant_ns_visible(d->tenants, r->pipe, d->ns.v[i].name)) continue;
         kvtier__ns_stats__init(&v[i]);
         v[i].ns = d->ns.v[i].name;
         v[i].chunks = d->ns.v[i].chunks;
         v[i].bytes = d->ns.v[i].bytes;
         v[i].hits = d->ns.v[i].hits;
         v[i].misses = d->ns.v[i].misses;
-        s->ns[i] = &v[i];
+        s->ns[s->n_ns++] = &v[i];
     }
 }
 
@@ -590,7 +593,6 @@ static void do_stats(struct req *r)
     s->pool_bytes = u.capacity;
     s->used_bytes = u.used;
     s->chunks = d->idx.n_ready;
-    s->namespaces = d->ns.n;
     s->leases = d->leases.count;
     s->clients = d->n_pipes;
     s->hits = d->st.hits;
@@ -610,6 +612,7 @@ static void do_stats(struct req *r)
     s->pid = (uint32_t)getpid();
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
+    s->namespaces = s->n_ns; /* those this client may see (tenant.c) */
     kvc_fill_stats(d, s);
     nvs_fill_stats(r, d, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
@@ -704,6 +707,30 @@ static int drain_allows(Kvtier__Request__BodyCase kind)
            kind == KVTIER__REQUEST__BODY_STATS;
 }
 
+/* Requests that may be parked (answered later, park.c). */
+static int may_park(Kvtier__Request__BodyCase kind)
+{
+    return kind == KVTIER__REQUEST__BODY_GET || kind == KVTIER__REQUEST__BODY_LOOKUP ||
+           kind == KVTIER__REQUEST__BODY_FLUSH || kind == KVTIER__REQUEST__BODY_VERIFY ||
+           kind == KVTIER__REQUEST__BODY_KV_WAIT;
+}
+
+/* Before any handler: the client's tenant may make this request, and a
+ * request that may wait finds this connection under its share of parks
+ * (daemon.park_per_client), so one client cannot hold every park. */
+static kvt_err admit(struct req *r, const Kvtier__Request *q)
+{
+    char why[256];
+    kvt_err e = tenant_check(r->d->tenants, r->pipe, q, why, sizeof why);
+    if (e != KVT_OK) return req_fail(r, e, "%s", why);
+    uint32_t held = park_count_pipe(r->d->park, r->pipe);
+    if (may_park(q->body_case) && held >= r->d->cfg.park_per_client)
+        return req_fail(r, KVT_EBUSY, "this client already has %u requests "
+                        "waiting (daemon.park_per_client); retry when they are "
+                        "answered", held);
+    return KVT_OK;
+}
+
 void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
                     size_t len, Kvtier__Response *rsp, void **scratch)
 {
@@ -722,7 +749,7 @@ void handle_request(struct kvtierd *d, uint32_t pipe, const uint8_t *buf,
         d->req_kind = (int)q->body_case;
         if (d->draining && !drain_allows(q->body_case))
             req_fail(&r, KVT_ECLOSED, "kvtierd is shutting down");
-        else
+        else if (admit(&r, q) == KVT_OK)
             dispatch(&r, q);
         kvtier__request__free_unpacked(q, NULL);
     }

@@ -34,6 +34,7 @@ struct journal;
 struct cluster;
 struct ev;
 struct park_table;
+struct tenants;
 struct wq_cq;
 
 struct kvtierd {
@@ -56,6 +57,7 @@ struct kvtierd {
     struct cluster *cl;    /* membership, or NULL without [cluster] (cluster.c) */
     struct ev *ev;         /* KV-events publisher, or NULL when off (events.c) */
     struct park_table *park; /* requests answered later (park.c) */
+    struct tenants *tenants; /* who each connection is (tenant.c) */
     struct wq_cq *cq;      /* workers' finished jobs (workq.c) */
     uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;

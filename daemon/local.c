@@ -207,7 +207,8 @@ void local_reply_later(struct local_srv *s, struct local_later *h,
     (void)flush_out(s, c); /* also re-arms events */
 }
 
-int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
+int local_peer_cred(const struct local_srv *s, uint32_t conn, uint32_t *uid,
+                    uint32_t *gid)
 {
     for (const struct lconn *c = s ? s->conns : NULL; c; c = c->next) {
         if (c->id != conn) continue;
@@ -215,9 +216,18 @@ int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
         socklen_t len = sizeof cr;
         if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return -1;
         *uid = cr.uid;
+        *gid = cr.gid;
         return 0;
     }
     return -1;
+}
+
+int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid)
+{
+    uint32_t u, g;
+    if (local_peer_cred(s, conn, &u, &g) != 0) return -1;
+    *uid = u;
+    return 0;
 }
 
 /* Serve the complete frames in rbuf while output stays under OUT_CAP;

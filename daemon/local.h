@@ -48,6 +48,9 @@ uint64_t local_refused(const struct local_srv *s);
 /* The uid of the process at the other end of conn (SO_PEERCRED). 0, or
  * -1 if there is no such connection. */
 int local_peer_uid(const struct local_srv *s, uint32_t conn, uint64_t *uid);
+/* Its uid and primary gid (SO_PEERCRED). 0, or -1 as local_peer_uid. */
+int local_peer_cred(const struct local_srv *s, uint32_t conn, uint32_t *uid,
+                    uint32_t *gid);
 
 /* Inside the handler (core thread): answer this request later. Its
  * response is then not sent, and the connection is not read from until

@@ -52,6 +52,7 @@
 #include "park.h"
 #include "server.h"
 #include "store.h"
+#include "tenant.h"
 #include "wire.h"
 #include "workq.h"
 
@@ -254,13 +255,19 @@ static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
     served(arg, rsp->err, t0);
 }
 
+/* daemon.socket_mode, or the pool's mode when it is 0. */
+static unsigned socket_mode(const struct kvtierd *d)
+{
+    return (unsigned)(d->cfg.socket_mode ? d->cfg.socket_mode : d->cfg.pool_mode);
+}
+
 /* The fast channel sits beside the ipc socket: <path>.fast. */
 static int open_local(struct kvtierd *d)
 {
     char err[512] = "";
     if (!d->cfg.local_fast || strncmp(d->cfg.socket, "ipc://", 6) != 0) return 0;
     snprintf(d->local_path, sizeof d->local_path, "%s.fast", d->cfg.socket + 6);
-    struct local_opts o = {d->local_path, (unsigned)d->cfg.pool_mode,
+    struct local_opts o = {d->local_path, socket_mode(d),
                            d->cfg.pool_group, d->cfg.max_msg_bytes, on_local_request,
                            handle_response_free, on_pipe, d,
                            (uint32_t)d->cfg.local_max_conns};
@@ -275,10 +282,15 @@ static int open_local(struct kvtierd *d)
 static int open_server(struct kvtierd *d)
 {
     char err[512] = "";
-    const char *urls[2] = {d->cfg.socket, d->cfg.tcp};
-    struct server_opts o = {urls, d->cfg.tcp[0] ? 2 : 1, (uint32_t)d->cfg.contexts,
-                            d->cfg.max_msg_bytes, (unsigned)d->cfg.pool_mode};
-    if (server_open(&o, &d->srv, err, sizeof err) != 0) {
+    const char *urls[2 + CFG_TENANTS_MAX];
+    nng_tls_config *tls[2 + CFG_TENANTS_MAX];
+    int n = (d->tenants = tenant_open(&d->cfg, err, sizeof err))
+                ? tenant_listeners(d->tenants, urls, tls, 2 + CFG_TENANTS_MAX, err,
+                                   sizeof err)
+                : -1;
+    struct server_opts o = {urls, n > 0 ? (size_t)n : 0, (uint32_t)d->cfg.contexts,
+                            d->cfg.max_msg_bytes, socket_mode(d), tls};
+    if (n < 0 || server_open(&o, &d->srv, err, sizeof err) != 0) {
         log_error("server", "%s", err);
         return -1;
     }
@@ -322,6 +334,7 @@ static int open_all(struct kvtierd *d)
     if (open_server(d) != 0 || open_local(d) != 0 || open_park(d) != 0 ||
         open_metrics(d) != 0 || cluster_open(d) != 0)
         return -1;
+    tenant_attach(d->tenants, d->srv, d->local); /* before the loop serves */
     return 0;
 }
 
@@ -560,6 +573,9 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     local_close(d->local);
     d->local = NULL;
     server_close(d->srv);
+    d->srv = NULL;
+    tenant_close(d->tenants);
+    d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);
     nvs_close(d);
     adopt_close(d); /* the journal the next daemon adopts the pool by */

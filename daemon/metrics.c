@@ -27,6 +27,7 @@
 #include "kvtierd.h"
 #include "local.h"
 #include "nvme/nvstore.h"
+#include "peer/cluster.h"
 
 /* Upper bounds of the latency buckets in nanoseconds. */
 static const uint64_t bucket_ns[MET_BUCKETS] = {
@@ -394,6 +395,19 @@ static void render_leases(struct sbuf *b, struct kvtierd *d)
     sample(b, "kvtier_peers", "state=\"dead\"", 0);
 }
 
+/* The global index (tiers/peer/gidx.c); zeros without a cluster. */
+static void render_index(struct sbuf *b, struct kvtierd *d)
+{
+    struct cluster_index_stats ix;
+    cluster_index_stats(d, &ix);
+    family(b, "kvtier_index_entries_moved_total", "counter",
+           "Global index entries sent to new owners after membership changes.");
+    sample(b, "kvtier_index_entries_moved_total", "", ix.moved);
+    family(b, "kvtier_owner_queries_timed_out_total", "counter",
+           "Global index owner queries unanswered by cluster.lookup_timeout_ms.");
+    sample(b, "kvtier_owner_queries_timed_out_total", "", ix.query_timeouts);
+}
+
 static void render_errors(struct sbuf *b, struct kvtierd *d)
 {
     char l[48];
@@ -465,6 +479,7 @@ char *metrics_render(struct kvtierd *d, size_t *len)
     render_hits(&b, d);
     render_namespaces(&b, d);
     render_leases(&b, d);
+    render_index(&b, d);
     render_errors(&b, d);
     render_latency(&b, d);
     render_events(&b, d);

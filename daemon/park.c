@@ -15,7 +15,11 @@
  *     never reach a closed connection;
  *   - parked requests hold at most half of the nng contexts, all modules
  *     together, so the other half keeps serving (the fast channel has no
- *     such limit: a parked connection only stops being read).
+ *     such limit: a parked connection only stops being read);
+ *   - one connection holds at most daemon.park_per_client parks: past it
+ *     handlers.c refuses a request that may park (KVT_EBUSY) before it
+ *     runs, so one client with many nng contexts cannot take the share
+ *     every other client parks in.
  * Deadlines are kept here too: the core loop sleeps at most until the
  * earliest one (park_wait_ms) and then runs ops->due (park_run_due).
  * The table is a plain list: parks are few (bounded by the contexts and
@@ -184,6 +188,14 @@ void park_run_due(struct park_table *t, uint64_t now)
         p->ops->due(t->env.d, p->owner);
         p = t->head; /* the list may have changed */
     }
+}
+
+uint32_t park_count_pipe(const struct park_table *t, uint32_t pipe)
+{
+    uint32_t n = 0;
+    for (const struct park *p = t ? t->head : NULL; p; p = p->next)
+        n += p->pipe == pipe;
+    return n;
 }
 
 uint32_t park_count(const struct park_table *t, uint32_t *n_nng)

@@ -76,5 +76,7 @@ int park_wait_ms(const struct park_table *t, uint64_t now);
 void park_run_due(struct park_table *t, uint64_t now);
 /* Parked requests now, and those holding nng contexts. */
 uint32_t park_count(const struct park_table *t, uint32_t *n_nng);
+/* Parked requests of one connection. Accepts NULL. */
+uint32_t park_count_pipe(const struct park_table *t, uint32_t pipe);
 
 #endif

@@ -61,6 +61,8 @@ struct server {
     struct work *q_head, *q_tail;
     struct pipe_ev *ev_head, *ev_tail;
     struct post *post_head, *post_tail;
+    nng_listener *lis; /* one per url, in order */
+    size_t n_lis;
     struct work *cur; /* the request a handler is running for (core) */
     int deferred;     /* ... and that handler called server_defer */
     volatile int closing;
@@ -143,13 +145,15 @@ void server_post(struct server *s, void (*fn)(void *), void *arg)
 }
 
 static int listen_on(struct server *s, const char *url, unsigned mode,
-                     char *err, size_t errlen)
+                     nng_tls_config *tls, char *err, size_t errlen)
 {
-    nng_listener l;
-    int rv = nng_listener_create(&l, s->sock, url);
+    nng_listener *l = &s->lis[s->n_lis];
+    int rv = nng_listener_create(l, s->sock, url);
     if (rv == 0 && strncmp(url, "ipc://", 6) == 0)
-        rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, (int)mode);
-    if (rv == 0) rv = nng_listener_start(l, 0);
+        rv = nng_listener_set_int(*l, NNG_OPT_IPC_PERMISSIONS, (int)mode);
+    if (rv == 0 && tls) rv = nng_listener_set_ptr(*l, NNG_OPT_TLS_CONFIG, tls);
+    if (rv == 0) rv = nng_listener_start(*l, 0);
+    if (rv == 0) s->n_lis++;
     if (rv != 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", url, nng_strerror(rv));
         return -1;
@@ -170,8 +174,12 @@ static int open_socket(struct server *s, const struct server_opts *o, char *err,
     nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, o->max_msg_bytes);
     nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
     nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+    s->lis = calloc(o->n_urls ? o->n_urls : 1, sizeof *s->lis);
+    if (!s->lis) abort();
     for (size_t i = 0; i < o->n_urls; i++)
-        if (listen_on(s, o->urls[i], o->ipc_mode, err, errlen) != 0) return -1;
+        if (listen_on(s, o->urls[i], o->ipc_mode, o->tls ? o->tls[i] : NULL, err,
+                      errlen) != 0)
+            return -1;
     return 0;
 }
 
@@ -211,6 +219,16 @@ int server_open(const struct server_opts *o, struct server **out, char *err,
     return 0;
 fail:
     server_close(s);
+    return -1;
+}
+
+int server_url_of(const struct server *s, uint32_t pipe)
+{
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = pipe;
+    nng_listener l = nng_pipe_listener(p);
+    for (size_t i = 0; l.id > 0 && i < s->n_lis; i++)
+        if (nng_listener_id(s->lis[i]) == nng_listener_id(l)) return (int)i;
     return -1;
 }
 
@@ -309,6 +327,7 @@ void server_close(struct server *s)
         if (s->works[i].msg) nng_msg_free(s->works[i].msg);
     }
     free(s->works);
+    free(s->lis);
     while (s->ev_head) {
         struct pipe_ev *e = s->ev_head;
         s->ev_head = e->next;

@@ -5,6 +5,7 @@
 #define KVT_SERVER_H
 
 #include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,9 @@ struct server_opts {
     uint32_t contexts;
     uint64_t max_msg_bytes;
     unsigned ipc_mode; /* permissions of ipc:// socket files */
+    /* One per url (NULL: all plain): the TLS configuration of a tls+tcp://
+     * listener, or NULL. nng keeps its own reference. */
+    nng_tls_config *const *tls;
 };
 
 /* Handle one request body from pipe; return the reply (owned by the
@@ -27,6 +31,9 @@ typedef void (*server_pipe_fn)(void *arg, uint32_t pipe, int added);
 
 int server_open(const struct server_opts *o, struct server **out, char *err,
                 size_t errlen);
+/* The index in opts.urls of the listener pipe came through, or -1 if the
+ * pipe is unknown (gone). Core thread. */
+int server_url_of(const struct server *s, uint32_t pipe);
 /* The eventfd that becomes readable when requests or pipe events wait. */
 int server_fd(const struct server *s);
 /* Serve everything queued. Core thread only. */

@@ -8,10 +8,11 @@ pkgs=(
   build-essential pkg-config
   libnng-dev protobuf-c-compiler libprotobuf-c-dev
   liburing-dev librocksdb-dev libucx-dev ucx-utils
-  libxxhash-dev libssl-dev libinih-dev libcmocka-dev libzmq3-dev
+  libxxhash-dev libssl-dev openssl libinih-dev libcmocka-dev libzmq3-dev
   python3 python3-cbor2
   redis-server libhiredis-dev fio
   systemd prometheus python3-yaml groff-base
+  etcd-server libcurl4-openssl-dev
 )
 
 missing=()

@@ -128,8 +128,13 @@ typedef struct kvt_client kvt_client;
 typedef uint64_t kvt_lease;
 
 /*
- * Connect to a daemon. url is "ipc:///path", "tcp://host:port" or a plain
- * path (taken as ipc); NULL means $KVTIER_SOCKET, else ./var/kvtierd.sock.
+ * Connect to a daemon. url is "ipc:///path", "tls+tcp://host:port",
+ * "tcp://host:port" or a plain path (taken as ipc); NULL means
+ * $KVTIER_SOCKET, else ./var/kvtierd.sock. A tls+tcp:// client presents
+ * the certificate in $KVTIER_TLS_CERT with its key in $KVTIER_TLS_KEY and
+ * checks the daemon's against the CA in $KVTIER_TLS_CA (and its name
+ * against $KVTIER_TLS_SERVER_NAME when set). A daemon with tenants
+ * refuses credentials it does not know: KVT_EPERM.
  * Maps the daemon's DRAM pool when it can (ipc:// only: a tcp:// daemon is
  * taken as remote); without the mapping only copying calls work. On success *out is owned by the caller
  * and freed by kvt_close. A client's leases die with its connection.

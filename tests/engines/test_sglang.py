@@ -593,7 +593,7 @@ def test_remote_daemon_copies():
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
     tcp = "tcp://127.0.0.1:%d" % port
-    with Daemon(args=["--tcp", tcp]) as d:
+    with Daemon(args=["--tcp", tcp, "--tcp-insecure", "1"]) as d:
         host = mla_host("layer_first")
         fill_random(host, 95)
         s = new_store(host, tcp, mla=True)

@@ -42,7 +42,7 @@ static int setup(void **state)
     int port = 20000 + (int)((getpid() + 7) % 20000);
     snprintf(tcp_url, sizeof tcp_url, "tcp://127.0.0.1:%d", port);
     const char *extra[] = {"--max-keys", "32", "--max-chunk-bytes", "16K",
-                           "--tcp", tcp_url, NULL};
+                           "--tcp", tcp_url, "--tcp-insecure", "1", NULL};
     return td_start(&D, extra);
 }
 

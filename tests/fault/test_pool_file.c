@@ -124,7 +124,7 @@ static void test_pool_truncated(void **state)
     struct stat st;
     assert_int_equal(td_init(&D), 0);
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", td_free_port());
-    const char *extra[] = {"--tcp", url, NULL};
+    const char *extra[] = {"--tcp", url, "--tcp-insecure", "1", NULL};
     assert_int_equal(td_start(&D, extra), 0);
     kvt_client *local = td_connect(&D), *remote = NULL;
     assert_int_equal(kvt_connect(url, &remote), KVT_OK);

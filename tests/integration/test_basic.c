@@ -26,7 +26,7 @@ static int setup(void **state)
     (void)state;
     int port = td_free_port();
     snprintf(tcp_url, sizeof tcp_url, "tcp://127.0.0.1:%d", port);
-    const char *extra[] = {"--tcp", tcp_url, NULL};
+    const char *extra[] = {"--tcp", tcp_url, "--tcp-insecure", "1", NULL};
     return td_start(&D, extra);
 }
 

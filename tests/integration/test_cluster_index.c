@@ -6,8 +6,10 @@
  * live node is found from every node, while the leaver's own chunks are
  * misses. Index messages that claim a member's identity but are malformed
  * (short keys, arrays of different lengths, an answer to no query) are
- * refused and change nothing. Waits poll with generous slack; nothing is
- * timed.
+ * refused and change nothing. When a fourth node joins, the holder sends
+ * exactly the entries whose owners now include the newcomer, and nothing
+ * to anyone else (PEERS index_moved, and the same in /metrics). Waits poll with generous slack;
+ * nothing is timed.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,9 +28,13 @@
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/push.h>
 
+#include <xxhash.h>
+
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "ops.h"
+#include "peer/owners.h"
 
 #define MAXN 4
 #define NS "cl/idx"
@@ -356,6 +362,71 @@ static void test_malformed_index_messages(void **state)
     assert_true(td_log_has(&D[0], "malformed index update"));
 }
 
+/* index_moved of node i of cluster tc. */
+static uint64_t moved_on(struct tcluster *tc, int i)
+{
+    Kvtier__Peers p = KVTIER__PEERS__INIT;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Response *r = NULL;
+    q.body_case = KVTIER__REQUEST__BODY_PEERS;
+    q.peers = &p;
+    assert_int_equal(kvtc_call(tc->c[i], &q, &r), KVT_OK);
+    uint64_t n = r->peers->index_moved;
+    kvtier__response__free_unpacked(r, NULL);
+    return n;
+}
+
+/* Node A holds 60 chunks; D joins a cluster of A, B, C: A sends D the
+ * entries whose owners now include D (counted here with owners.c over
+ * ids 1..4) and nobody anything else. Before, every key went to every
+ * owner again. */
+static void test_join_moves_only_changed_keys(void **state)
+{
+    (void)state;
+    struct tcluster M;
+    uint8_t buf[CHUNK];
+    const uint32_t ids[4] = {1, 2, 3, 4};
+    uint64_t nsh = XXH3_64bits(NS, strlen(NS));
+    uint32_t want = 0, o[OW_MAX_REPLICAS];
+    tc_init(&M, 4);
+    for (int i = 0; i < 3; i++) assert_int_equal(tc_start(&M, i, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&M, 0, 2, 0), 0);
+    for (uint64_t s = 0; s < 60; s++) {
+        kvt_key k = td_key(9000 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 9000 + s);
+        assert_int_equal(kvt_put(M.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+        uint32_t n = owners_of(&k, nsh, ids, 4, 2, o);
+        for (uint32_t j = 0; j < n; j++) want += o[j] == 4;
+    }
+    assert_int_equal(wait_found_on(M.c[2], 9000, 60), 0);
+    uint64_t before[3];
+    for (int i = 0; i < 3; i++) before[i] = moved_on(&M, i);
+    assert_int_equal(tc_start(&M, 3, 20000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&M, 0, 3, 0), 0);
+    assert_int_equal(wait_found_on(M.c[3], 9000, 60), 0);
+    for (int t = 0; t < 200 && moved_on(&M, 0) - before[0] < want; t++) usleep(50000);
+    usleep(500000); /* a few more ticks: nothing else may follow */
+    assert_true(want > 0 && want < 60);
+    assert_int_equal(moved_on(&M, 0) - before[0], want);
+    assert_int_equal(moved_on(&M, 1), before[1]); /* they hold nothing */
+    assert_int_equal(moved_on(&M, 2), before[2]);
+    char base[128], *body = NULL;               /* the same count in /metrics */
+    int status = 0;
+    struct prom p;
+    assert_int_equal(ops_metrics_base(&M.d[0], base, sizeof base, 5000), 0);
+    assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 200);
+    assert_int_equal(prom_parse(body, &p), 0);
+    assert_true(prom_get(&p, "kvtier_index_entries_moved_total", "") ==
+                (double)moved_on(&M, 0));
+    assert_true(prom_get(&p, "kvtier_owner_queries_timed_out_total", "") >= 0);
+    prom_free(&p);
+    free(body);
+    assert_int_equal(tc_teardown(&M), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_join_and_leave_while_putting),
         cmocka_unit_test(test_no_flap_while_a_member_joins),
         cmocka_unit_test(test_owners_relearn_after_holder_stall),
+        cmocka_unit_test(test_join_moves_only_changed_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

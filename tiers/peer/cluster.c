@@ -245,9 +245,11 @@ static void set_state(struct kvtierd *d, struct member *m, int st, const char *w
     log_info("cluster", "member %u (%s): %s -> %s (%s); epoch %llu", (unsigned)m->id,
              m->addr, state_name(m->state), state_name(st), why,
              (unsigned long long)(c->epoch + 1));
+    int was_alive = m->state == KVTIER__PEER_STATE__PEER_ALIVE;
     m->state = st;
     c->epoch++;
-    gx_membership(d);
+    if (was_alive || st == KVTIER__PEER_STATE__PEER_ALIVE)
+        gx_membership(d, m->id, st == KVTIER__PEER_STATE__PEER_ALIVE);
 }
 
 /* The sender is m and spoke: alive, a rejoin if its incarnation moved. */
@@ -351,7 +353,7 @@ static void learn_ucx(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg
 static void on_join_from_alive(struct kvtierd *d, struct member *m)
 {
     send_heartbeat(d, m);
-    gx_republish(d);
+    gx_republish(d, m->id);
 }
 
 static void dispatch(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm,
@@ -497,6 +499,9 @@ int cluster_open(struct kvtierd *d)
         return -1;
     }
     add_seeds(d);
+    if (strcmp(d->cfg.cluster_membership, "swim") != 0) /* etcd.c: built, not wired yet */
+        log_warn("cluster", "cluster.membership = %s is not used by this cluster layer yet; "
+                 "members are found through seeds and heartbeats", d->cfg.cluster_membership);
     if (gx_open(d) != 0 || pg_open(d) != 0) return -1;
     log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
              c->self_addr, (unsigned)c->n);
@@ -512,6 +517,10 @@ void cluster_close(struct kvtierd *d)
 {
     struct cluster *c = d->cl;
     if (!c) return;
+    if (gx_leave(d) > 0) { /* let the hand-off leave before the sockets close */
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     c->closing = 1;
     pg_close(d); /* answers parked GETs */
     gx_close(d); /* answers parked lookups */

@@ -41,6 +41,12 @@ int cluster_lookup(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
  * 0: answer now. */
 int cluster_get(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
                 const Kvtier__Get *q, const uint32_t *slots, size_t n);
+/* The global index's counters for /metrics; zeros without a cluster. */
+struct cluster_index_stats {
+    uint64_t moved;          /* entries sent because their owners changed */
+    uint64_t query_timeouts; /* owner queries unanswered by the deadline */
+};
+void cluster_index_stats(struct kvtierd *d, struct cluster_index_stats *st);
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
 int cluster_peer_fd(const struct kvtierd *d);
 void cluster_peer_poll(struct kvtierd *d);

@@ -18,8 +18,6 @@
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
 
-struct gx_batch; /* gidx.c: index updates waiting for one member */
-
 struct member {
     uint32_t id;             /* 0: a seed not heard from yet */
     char addr[CL_ADDR_MAX];
@@ -31,7 +29,6 @@ struct member {
     uint64_t rtt_us, bytes_in, bytes_out;
     uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
     uint32_t joins;
-    struct gx_batch *batch;  /* gidx.c; freed by gx_close */
     struct peer_conn *conn;  /* UCX endpoint to it (pget.c), or NULL */
     int ucx_acked;           /* it has an endpoint to us */
     int ucx_warned;          /* said once that no endpoint could be made */
@@ -78,11 +75,27 @@ static inline int cl_alive(const struct member *m)
 int gx_open(struct kvtierd *d);
 void gx_close(struct kvtierd *d);
 void gx_tick(struct kvtierd *d);
-/* Membership changed: owners move; republish what this node holds. */
-void gx_membership(struct kvtierd *d);
-/* Owners may have dropped what this node holds (a member took it for
- * dead): republish it, unless a republish is under way. */
-void gx_republish(struct kvtierd *d);
+/* Member id became live (alive = 1) or no longer is: owners move; the
+ * owners that entered are told what this node holds. */
+void gx_membership(struct kvtierd *d, uint32_t id, int alive);
+/* Member id may have dropped what this node holds (it took this node for
+ * dead): tell it again what it owns. */
+void gx_republish(struct kvtierd *d, uint32_t id);
+/* This node is leaving: hand each entry it owns to the member that takes
+ * its place, and send every batch now. Returns how many entries. */
+int gx_leave(struct kvtierd *d);
+struct gx_stats {
+    uint64_t entries;        /* index entries held here as an owner */
+    uint64_t moved;          /* entries sent because their owners changed */
+    uint64_t handed;         /* of which handed over by gx_leave */
+    uint64_t query_timeouts; /* owner queries unanswered by the deadline */
+    uint64_t peer_hits;      /* LOOKUP keys found on other nodes */
+    uint32_t batches;        /* per-owner batches waiting */
+    uint32_t pass;           /* 1: a membership pass is due or under way */
+    uint32_t log;            /* changes not yet applied to every slot */
+    uint32_t sweep;          /* 1: an owner-side sweep is due or under way */
+};
+void gx_stats(struct kvtierd *d, struct gx_stats *st);
 /* Why an index message from member m is malformed, or NULL. Checked
  * before the message counts for anything (liveness included). */
 const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__PeerMsg *pm);

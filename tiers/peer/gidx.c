@@ -2,33 +2,63 @@
  * gidx.c -- the global index: which nodes hold a chunk (DESIGN §5).
  *
  * Design: each chunk key (with a hash of its namespace) has R owners, the
- * R members with the highest rendezvous score XXH3(key, nsh ^ id) among
- * the live members and this node; R is cluster.replicas. A node that
- * commits or drops a chunk tells its owners, in batches of GX_BATCH per
- * owner flushed every tick, so a burst of puts is a few messages. An
- * owner keeps key -> up to GX_HOLDERS holder ids in a chained hash table
- * (entries in one array, named by index, like the local index).
+ * R members with the highest rendezvous score among the live members and
+ * this node (owners.c); R is cluster.replicas. A node that commits or
+ * drops a chunk tells its owners. Updates wait in one batch per owner,
+ * made when the first update for that owner comes and freed when sent:
+ * a batch with a put or a drop in it goes on the next tick, one filled
+ * only by a membership pass goes when full (GX_BATCH), when older than
+ * GX_BATCH_AGE_MS, or when the pass ends, so batches are full at any
+ * cluster size. At most GX_MAX_BATCHES wait at once (the fullest goes
+ * first). An owner keeps key -> up to GX_HOLDERS holder ids in a chained
+ * hash table (entries in one array, named by index, like the local index).
  *
- * When membership changes, owners move. Rather than owners handing
- * entries to each other (an owner that died has nothing to hand over),
- * every node republishes what it holds to the keys' current owners,
- * GX_REPUB_SLICE index slots per tick (STYLE §8); a sweep, GX_SWEEP_SLICE
- * entries per tick, drops holders that are no longer alive and entries
- * this node no longer owns. A dead member's chunks are misses at once
- * all the same: answers name only holders alive at the owner, and the
- * asker checks again against its own view.
+ * When membership changes, owners move, but only for the keys whose owner
+ * set contains the member that changed (R/N of them). Every node keeps,
+ * for each chunk it holds, the owners it last told (R ids and the change
+ * sequence number they reflect). Changes go into a log; a pass walks the
+ * local index GX_REPUB_SLICE slots per tick (STYLE §8) and brings each
+ * slot's owners up to date by applying the logged changes one by one
+ * (owners_delta: R + 1 scores per join, nothing per leave unless the
+ * leaver was an owner), then tells only the owners that entered, or a
+ * member that restarted (it lost what it was told). So a change costs
+ * ~R·K entries cluster-wide, not N·R·K.
+ *
+ * The pass starts GX_DEBOUNCE_MS after a change, so a burst of changes is
+ * one pass. It never restarts: a change during a pass resets only how
+ * many slots are left to visit (all of them, from the cursor on), so
+ * every slot is visited once after the last change, wherever the cursor
+ * was; slots visited before the change catch up on the next lap. When a
+ * pass ends every READY slot reflects the whole log, which is emptied.
+ * A log that fills (GX_LOG_MAX changes within one pass) is dropped and
+ * the slots it covered are told in full, as a fresh publish would.
+ *
+ * On the owner side each entry keeps how many live members outrank this
+ * node for its key (`above`; it owns the key while that is below R). A
+ * sweep, GX_SWEEP_SLICE entries per tick, brings each entry up to date
+ * with the view changes logged since (2 scores per change: does the
+ * member that came or went outrank this node?), drops holders that left,
+ * and drops entries this node no longer owns. An entry is counted in
+ * full (O(N)) only on its first visit. The sweep runs one lap after each
+ * change, once the view has settled, and not otherwise. A dead member's
+ * chunks are misses at once all the same: answers name only holders
+ * alive at the owner, and the asker checks again against its own view.
+ *
+ * A node that leaves (gx_leave, at shutdown) hands each entry it owns to
+ * the owner that takes its place, naming the holders, so the keys stay
+ * found without waiting for their holders' passes.
  *
  * Views settle one node at a time, so for a while after a change an
  * asker's owners of a key may not be told yet (its holder has not seen
- * the change, or its republish is on the way), while the owners that
- * were told before no longer count. A negative from such owners would
- * turn a hit into a miss with nothing cached having changed (issue 10:
- * a LOOKUP flapped from 8 to 2). So for cluster.failure_timeout_ms after
- * each change -- the time views take to agree -- an owner keeps the
- * entries it no longer owns (and answers from them), and an asker asks
- * one more owner per change in that window: one member joining moves
- * each key's owners down by at most one rank, so the owners from before
- * are among those asked.
+ * the change, or its pass is on the way), while the owners that were
+ * told before no longer count. A negative from such owners would turn a
+ * hit into a miss with nothing cached having changed (issue 10: a LOOKUP
+ * flapped from 8 to 2). So for cluster.failure_timeout_ms after each
+ * change -- the time views take to agree -- an owner keeps the entries it
+ * no longer owns (and answers from them), and an asker asks one more
+ * owner per change in that window: one member joining moves each key's
+ * owners down by at most one rank, so the owners from before are among
+ * those asked.
  *
  * A LOOKUP that misses keys here asks each owner of those keys one
  * batched PeerWhoHas (owners that are this node answer at once) and is
@@ -46,29 +76,48 @@
 #include "kvcache.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "owners.h"
 #include "park.h"
 #include "wire.h"
 
 #define GX_HOLDERS 4
 #define GX_BATCH 512
+#define GX_BATCH_AGE_MS 500
+#define GX_MAX_BATCHES 256
+#define GX_BT_BUCKETS 256
 #define GX_REPUB_SLICE 2048
 #define GX_SWEEP_SLICE 4096
+#define GX_DEBOUNCE_MS 200
+#define GX_LOG_MAX 1024
+#define GX_TELL_MAX 16
 #define GX_NONE UINT32_MAX
-#define GX_MAX_REPLICAS 8
+#define GX_MAX_REPLICAS OW_MAX_REPLICAS
 
 struct gx_ent {
     kvt_key key;
     uint64_t nsh;
     uint32_t hold[GX_HOLDERS];
     uint32_t next; /* hash chain or free list */
+    uint32_t oseq; /* the view change `above` reflects; 0: not counted yet */
     uint8_t n;     /* 0: free */
+    uint8_t above; /* live members outranking this node here (255: or more) */
 };
 
-struct gx_batch {
-    uint32_t n;
+struct gx_batch { /* index updates waiting for one owner */
+    uint32_t owner, n;
+    uint64_t born_ms;
+    int urgent;    /* holds a put or a drop: sent on the next tick */
+    int handoff;   /* some holder[] is not this node */
+    struct gx_batch *next; /* hash chain */
     kvt_key keys[GX_BATCH];
     uint64_t nsh[GX_BATCH];
+    uint32_t holder[GX_BATCH];
     protobuf_c_boolean drop[GX_BATCH];
+};
+
+struct gx_change {
+    uint32_t id;
+    enum ow_change kind;
 };
 
 struct gpark;
@@ -96,14 +145,30 @@ struct gidx {
     struct gx_ent *e;
     uint32_t used, cap, free_head, count;
     uint32_t *bucket, mask;
-    int repub;           /* republishing after a membership change */
     uint64_t changed_ms; /* the last membership change (kvtierd_clock) */
     uint32_t changes;    /* changes since the view was last settled */
-    uint32_t repub_next; /* next local index slot */
-    uint32_t sweep_next;
+    uint32_t sweep_next, sweep_left;
+    /* The view: live members and this node, kept by gx_membership. */
+    uint32_t *view, nview, view_cap;
+    /* View changes the sweep has not applied to every entry yet (olog[i]
+     * has sequence olog_base + i), as log/log_base below for slots. */
+    struct gx_change olog[GX_LOG_MAX];
+    uint32_t olog_base, olog_n;
+    /* Per local index slot: the change sequence its owners reflect (0:
+     * never told), then r owner ids (OW_NONE for none). */
+    uint32_t r, *so, so_slots;
+    /* Changes not yet applied to every slot: log[i] has sequence
+     * log_base + i; a slot at log_base + log_n is up to date. */
+    struct gx_change log[GX_LOG_MAX];
+    uint32_t log_base, log_n;
+    int pass;            /* a pass is due or under way */
+    uint64_t pass_due_ms;
+    uint32_t cursor, left;
+    struct gx_batch *bt[GX_BT_BUCKETS];
+    uint32_t n_batches;
     struct gq *qs;
     struct gpark *parks;
-    uint64_t next_qid, peer_hits, timeouts;
+    uint64_t next_qid, peer_hits, timeouts, moved, handed;
 };
 
 static struct gidx *gx_of(struct kvtierd *d)
@@ -221,9 +286,34 @@ static void gx_apply(struct kvtierd *d, uint32_t id, const kvt_key *k, uint64_t 
 
 /* ------------------------------------------------------------ ownership */
 
-static uint64_t score(const kvt_key *k, uint64_t nsh, uint32_t id)
+/* The live members and this node. */
+static const uint32_t *view_of(struct kvtierd *d, uint32_t *n)
 {
-    return XXH3_64bits_withSeed(k->b, KVT_KEY_LEN, nsh ^ (id * 0x9E3779B97F4A7C15ull));
+    struct gidx *g = gx_of(d);
+    *n = g->nview;
+    return g->view;
+}
+
+static void view_add(struct gidx *g, uint32_t id)
+{
+    if (g->nview == g->view_cap) {
+        g->view_cap = g->view_cap ? g->view_cap * 2 : 64;
+        if (!(g->view = realloc(g->view, g->view_cap * sizeof *g->view))) abort();
+    }
+    g->view[g->nview++] = id;
+}
+
+/* Member id is live or not: 1 if that changed the view. */
+static int view_set(struct gidx *g, uint32_t id, int alive)
+{
+    for (uint32_t i = 0; i < g->nview; i++) {
+        if (g->view[i] != id) continue;
+        if (alive) return 0;
+        g->view[i] = g->view[--g->nview];
+        return 1;
+    }
+    if (alive) view_add(g, id);
+    return alive;
 }
 
 /* The r best-scored of the live members and this node for (k, nsh),
@@ -231,31 +321,15 @@ static uint64_t score(const kvt_key *k, uint64_t nsh, uint32_t id)
 static uint32_t top_scored(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t r,
                            uint32_t *out)
 {
-    struct cluster *c = d->cl;
-    uint64_t sc[GX_MAX_REPLICAS];
-    uint32_t n = 0;
-    if (r > GX_MAX_REPLICAS) r = GX_MAX_REPLICAS;
-    for (uint32_t i = 0; i <= c->n; i++) {
-        uint32_t id = i == c->n ? c->self_id : c->m[i].id, j;
-        if (i < c->n && !cl_alive(&c->m[i])) continue;
-        uint64_t s = score(k, nsh, id);
-        if (n < r) j = n++;
-        else if (s > sc[r - 1]) j = r - 1;
-        else continue;
-        for (; j > 0 && sc[j - 1] < s; j--) {
-            sc[j] = sc[j - 1];
-            out[j] = out[j - 1];
-        }
-        sc[j] = s;
-        out[j] = id;
-    }
-    return n;
+    uint32_t nv;
+    const uint32_t *v = view_of(d, &nv);
+    return owners_of(k, nsh, v, nv, r < GX_MAX_REPLICAS ? r : GX_MAX_REPLICAS, out);
 }
 
 /* The owners of (k, nsh), best first; returns how many (1..R). */
 static uint32_t owners(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t *out)
 {
-    return top_scored(d, k, nsh, (uint32_t)d->cfg.cluster_replicas, out);
+    return top_scored(d, k, nsh, gx_of(d)->r, out);
 }
 
 /* 1 once views had cluster.failure_timeout_ms to agree since the last
@@ -271,25 +345,33 @@ static int settled(struct kvtierd *d)
 static uint32_t owners_to_ask(struct kvtierd *d, const kvt_key *k, uint64_t nsh,
                               uint32_t *out)
 {
-    uint32_t r = (uint32_t)d->cfg.cluster_replicas;
+    uint32_t r = gx_of(d)->r;
     if (!settled(d)) r += gx_of(d)->changes;
     return top_scored(d, k, nsh, r, out);
 }
 
-static int owns(struct kvtierd *d, const kvt_key *k, uint64_t nsh)
+static int has(const uint32_t *o, uint32_t n, uint32_t id)
 {
-    uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
     for (uint32_t i = 0; i < n; i++)
-        if (o[i] == d->cl->self_id) return 1;
+        if (o[i] == id) return 1;
     return 0;
 }
 
-/* ------------------------------------------------------------ publishing */
+/* -------------------------------------------------------------- batches */
 
-static void flush_batch(struct kvtierd *d, struct member *m)
+static struct gx_batch **bt_head(struct gidx *g, uint32_t owner)
 {
-    struct gx_batch *b = m->batch;
-    if (!b || b->n == 0) return;
+    return &g->bt[(owner * 0x9E3779B1u) >> 24 & (GX_BT_BUCKETS - 1)];
+}
+
+/* Send b to its owner (dropped if it is no longer a member) and free it. */
+static void flush_batch(struct kvtierd *d, struct gx_batch *b)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_batch **pp = bt_head(g, b->owner);
+    while (*pp != b) pp = &(*pp)->next;
+    *pp = b->next;
+    g->n_batches--;
     ProtobufCBinaryData kv[GX_BATCH];
     for (uint32_t i = 0; i < b->n; i++) kv[i] = (ProtobufCBinaryData){KVT_KEY_LEN, b->keys[i].b};
     Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
@@ -297,93 +379,337 @@ static void flush_batch(struct kvtierd *d, struct member *m)
     ix.keys = kv;
     ix.ns_hash = b->nsh;
     ix.drop = b->drop;
+    if (b->handoff) {
+        ix.n_holder = b->n;
+        ix.holder = b->holder;
+    }
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
     pm.index = &ix;
-    cl_send(d, m, &pm);
-    b->n = 0;
+    cl_send(d, cl_find(d->cl, b->owner), &pm);
+    free(b);
 }
 
-static void queue_update(struct kvtierd *d, struct member *m, const kvt_key *k,
-                         uint64_t nsh, int drop)
+static void flush_fullest(struct kvtierd *d)
 {
-    if (!m->batch && !(m->batch = calloc(1, sizeof *m->batch))) abort();
-    struct gx_batch *b = m->batch;
+    struct gidx *g = gx_of(d);
+    struct gx_batch *best = NULL;
+    for (uint32_t i = 0; i < GX_BT_BUCKETS; i++)
+        for (struct gx_batch *b = g->bt[i]; b; b = b->next)
+            if (!best || b->n > best->n) best = b;
+    if (best) flush_batch(d, best);
+}
+
+/* Send the batches due: all of them, or those urgent or old enough. */
+static void flush_due(struct kvtierd *d, int all)
+{
+    struct gidx *g = gx_of(d);
+    uint64_t now = kvtierd_clock(d);
+    for (uint32_t i = 0; i < GX_BT_BUCKETS && g->n_batches; i++)
+        for (struct gx_batch *b = g->bt[i], *next; b; b = next) {
+            next = b->next;
+            if (all || b->urgent || now - b->born_ms >= GX_BATCH_AGE_MS) flush_batch(d, b);
+        }
+}
+
+static struct gx_batch *batch_for(struct kvtierd *d, uint32_t owner)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_batch *b = *bt_head(g, owner);
+    while (b && b->owner != owner) b = b->next;
+    if (b) return b;
+    if (g->n_batches >= GX_MAX_BATCHES) flush_fullest(d);
+    if (!(b = malloc(sizeof *b))) abort(); /* control-plane allocation */
+    b->owner = owner;
+    b->n = 0;
+    b->born_ms = kvtierd_clock(d);
+    b->urgent = b->handoff = 0;
+    b->next = *bt_head(g, owner);
+    *bt_head(g, owner) = b;
+    g->n_batches++;
+    return b;
+}
+
+/* Queue "holder holds (or dropped) (k, nsh)" for owner; holder 0: this
+ * node. urgent: a put or a drop, sent on the next tick. */
+static void queue_update(struct kvtierd *d, uint32_t owner, const kvt_key *k, uint64_t nsh,
+                         int drop, uint32_t holder, int urgent)
+{
+    struct gx_batch *b = batch_for(d, owner);
     b->keys[b->n] = *k;
     b->nsh[b->n] = nsh;
     b->drop[b->n] = drop != 0;
-    if (++b->n == GX_BATCH) flush_batch(d, m);
+    b->holder[b->n] = holder ? holder : d->cl->self_id;
+    b->handoff |= holder != 0;
+    b->urgent |= urgent;
+    if (++b->n == GX_BATCH) flush_batch(d, b);
 }
 
-static void publish(struct kvtierd *d, const kvt_key *k, uint64_t nsh, int drop)
+/* Tell owner that this node holds (or dropped) (k, nsh). */
+static void tell(struct kvtierd *d, uint32_t owner, const kvt_key *k, uint64_t nsh, int drop,
+                 int urgent)
 {
-    struct cluster *c = d->cl;
-    uint32_t o[GX_MAX_REPLICAS], n = owners(d, k, nsh, o);
-    for (uint32_t i = 0; i < n; i++) {
-        if (o[i] == c->self_id) gx_apply(d, c->self_id, k, nsh, drop);
-        else queue_update(d, cl_find(c, o[i]), k, nsh, drop);
+    if (owner == d->cl->self_id) gx_apply(d, owner, k, nsh, drop);
+    else queue_update(d, owner, k, nsh, drop, 0, urgent);
+}
+
+/* ------------------------------------------------- owners of local slots */
+
+static uint32_t seq_now(const struct gidx *g)
+{
+    return g->log_base + g->log_n;
+}
+
+/* Slot s's record (grown on demand, zeroed: never told). */
+static uint32_t *slot_rec(struct kvtierd *d, uint32_t s)
+{
+    struct gidx *g = gx_of(d);
+    if (s >= g->so_slots) {
+        uint32_t n = g->so_slots ? g->so_slots : 1024;
+        while (n <= s) n *= 2;
+        g->so = realloc(g->so, (size_t)n * (g->r + 1) * sizeof *g->so);
+        if (!g->so) abort();
+        memset(g->so + (size_t)g->so_slots * (g->r + 1), 0,
+               (size_t)(n - g->so_slots) * (g->r + 1) * sizeof *g->so);
+        g->so_slots = n;
     }
+    return g->so + (size_t)s * (g->r + 1);
+}
+
+static uint32_t rec_load(const struct gidx *g, const uint32_t *rec, uint32_t *o)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->r; i++)
+        if (rec[1 + i] != OW_NONE) o[n++] = rec[1 + i];
+    return n;
+}
+
+static void rec_store(const struct gidx *g, uint32_t *rec, const uint32_t *o, uint32_t n,
+                      uint32_t seq)
+{
+    rec[0] = seq;
+    for (uint32_t i = 0; i < g->r; i++) rec[1 + i] = i < n ? o[i] : OW_NONE;
+}
+
+/* Apply the logged changes since seq to owners o[0..*n); the members to
+ * tell go to tl (*nt of them; *nt > GX_TELL_MAX: tell every owner). */
+static void replay(struct kvtierd *d, const kvt_key *k, uint64_t nsh, uint32_t seq,
+                   uint32_t *o, uint32_t *n, uint32_t *tl, uint32_t *nt)
+{
+    struct gidx *g = gx_of(d);
+    uint32_t nv;
+    const uint32_t *v = view_of(d, &nv);
+    for (; seq < seq_now(g); seq++) {
+        const struct gx_change *c = &g->log[seq - g->log_base];
+        uint32_t t = owners_delta(k, nsh, o, n, g->r, c->id, c->kind, v, nv);
+        if (t == OW_NONE) continue;
+        if (*nt < GX_TELL_MAX) tl[*nt] = t;
+        ++*nt;
+    }
+}
+
+/* Bring slot s (holding (k, nsh)) up to date with the log; tell the
+ * owners that must hear of it when `send`. Its owners out (*n). */
+static void catch_up(struct kvtierd *d, uint32_t s, const kvt_key *k, uint64_t nsh,
+                     int send, uint32_t *o, uint32_t *n)
+{
+    struct gidx *g = gx_of(d);
+    uint32_t *rec = slot_rec(d, s), tl[GX_TELL_MAX], nt = 0;
+    *n = rec_load(g, rec, o);
+    if (rec[0] == seq_now(g)) return;
+    if (rec[0] == 0 || rec[0] < g->log_base) { /* never told, or older than the log */
+        *n = owners(d, k, nsh, o);
+        nt = rec[0] ? GX_TELL_MAX + 1 : 0;
+        for (uint32_t i = 0; send && i < *n; i++) tell(d, o[i], k, nsh, 0, 0);
+    } else {
+        replay(d, k, nsh, rec[0], o, n, tl, &nt);
+        for (uint32_t i = 0; send && i < *n; i++)
+            if (nt > GX_TELL_MAX || has(tl, nt, o[i])) tell(d, o[i], k, nsh, 0, 0);
+    }
+    if (send) g->moved += nt > GX_TELL_MAX ? *n : nt;
+    rec_store(g, rec, o, *n, seq_now(g));
 }
 
 void cluster_held(struct kvtierd *d, uint32_t slot, int held)
 {
-    if (!gx_of(d)) return;
+    struct gidx *g = gx_of(d);
+    if (!g) return;
     const struct idx_entry *e = idx_at(&d->idx, slot);
-    publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), !held);
+    uint64_t nsh = gx_ns_hash(d->ns.v[e->ns].name);
+    uint32_t o[GX_MAX_REPLICAS], n, was[GX_MAX_REPLICAS], nw;
+    uint32_t *rec = slot_rec(d, slot);
+    if (held) {
+        n = owners(d, &e->key, nsh, o);
+        for (uint32_t i = 0; i < n; i++) tell(d, o[i], &e->key, nsh, 0, 1);
+        rec_store(g, rec, o, n, seq_now(g));
+        return;
+    }
+    if (rec[0] == 0) return; /* nobody was told */
+    nw = rec_load(g, rec, was);
+    catch_up(d, slot, &e->key, nsh, 0, o, &n);
+    /* The owners told before (they answer until the view settles) and
+     * those told since. */
+    for (uint32_t i = 0; i < nw; i++) tell(d, was[i], &e->key, nsh, 1, 1);
+    for (uint32_t i = 0; i < n; i++)
+        if (!has(was, nw, o[i])) tell(d, o[i], &e->key, nsh, 1, 1);
+    rec[0] = 0;
 }
 
-void gx_membership(struct kvtierd *d)
+/* Every slot once more, from the cursor on: after a change, or at open. */
+static void pass_extend(struct kvtierd *d)
+{
+    struct gidx *g = gx_of(d);
+    if (!g->pass) g->pass_due_ms = kvtierd_clock(d) + GX_DEBOUNCE_MS;
+    g->pass = 1;
+    g->left = d->idx.used;
+    g->sweep_left = g->used;
+}
+
+static void log_change(struct kvtierd *d, uint32_t id, enum ow_change kind)
+{
+    struct gidx *g = gx_of(d);
+    if (g->log_n == GX_LOG_MAX) { /* older slots are told in full */
+        g->log_base += g->log_n + 1;
+        g->log_n = 0;
+    }
+    g->log[g->log_n++] = (struct gx_change){id, kind};
+    pass_extend(d);
+}
+
+void gx_membership(struct kvtierd *d, uint32_t id, int alive)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
     if (settled(d)) g->changes = 0;
     if (g->changes < GX_MAX_REPLICAS) g->changes++;
     g->changed_ms = kvtierd_clock(d);
-    g->repub = 1;
-    g->repub_next = 0;
-}
-
-void gx_republish(struct kvtierd *d)
-{
-    struct gidx *g = gx_of(d);
-    if (!g || g->repub) return;
-    g->repub = 1;
-    g->repub_next = 0;
-}
-
-static void republish_slice(struct kvtierd *d)
-{
-    struct gidx *g = gx_of(d);
-    uint32_t end = g->repub_next + GX_REPUB_SLICE;
-    for (; g->repub_next < d->idx.used && g->repub_next < end; g->repub_next++) {
-        const struct idx_entry *e = idx_at(&d->idx, g->repub_next);
-        if (e->state == IDX_READY)
-            publish(d, &e->key, gx_ns_hash(d->ns.v[e->ns].name), 0);
+    if (id != d->cl->self_id && view_set(g, id, alive)) { /* not a restart */
+        if (g->olog_n == GX_LOG_MAX) { /* older entries are counted anew */
+            g->olog_base += g->olog_n + 1;
+            g->olog_n = 0;
+        }
+        g->olog[g->olog_n++] = (struct gx_change){id, alive ? OW_JOIN : OW_LEAVE};
     }
-    if (g->repub_next >= d->idx.used) g->repub = 0;
+    log_change(d, id, alive ? OW_JOIN : OW_LEAVE);
 }
 
-/* Drop holders not alive, and entries this node no longer owns once
- * the view has settled (askers may still count on them until then). */
+void gx_republish(struct kvtierd *d, uint32_t id)
+{
+    if (gx_of(d)) log_change(d, id, OW_RESEND);
+}
+
+static void visit(struct kvtierd *d, uint32_t s)
+{
+    const struct idx_entry *e = idx_at(&d->idx, s);
+    uint32_t o[GX_MAX_REPLICAS], n;
+    if (e->state != IDX_READY) return;
+    catch_up(d, s, &e->key, gx_ns_hash(d->ns.v[e->ns].name), 1, o, &n);
+}
+
+static void pass_slice(struct kvtierd *d)
+{
+    struct gidx *g = gx_of(d);
+    if (!g->pass || kvtierd_clock(d) < g->pass_due_ms) return;
+    for (uint32_t k = 0; k < GX_REPUB_SLICE && g->left && d->idx.used; k++, g->left--) {
+        if (g->cursor >= d->idx.used) g->cursor = 0;
+        visit(d, g->cursor++);
+    }
+    if (g->left && d->idx.used) return;
+    g->pass = 0; /* every READY slot reflects the whole log */
+    g->left = 0;
+    g->log_base = seq_now(g);
+    g->log_n = 0;
+    flush_due(d, 1);
+}
+
+/* Count anew who outranks this node for entry i (O(N)), and drop its
+ * holders that are not live. */
+static void recount(struct kvtierd *d, uint32_t i)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_ent *e = &g->e[i];
+    uint32_t self = d->cl->self_id, above = 0;
+    for (uint32_t j = 0; j < g->nview; j++)
+        above += g->view[j] != self && ow_outranks(&e->key, e->nsh, g->view[j], self);
+    e->above = (uint8_t)(above < 255 ? above : 255);
+    for (int j = e->n - 1; j >= 0; j--)
+        if (e->hold[j] != self && !has(g->view, g->nview, e->hold[j])) {
+            hold_del(g, i, e->hold[j]);
+            if (!g->e[i].n) return; /* freed */
+        }
+}
+
+/* Bring entry i up to date with the view changes since it was last
+ * visited: a joiner that outranks this node pushes it down a rank, a
+ * leaver that did lifts it, and a leaver stops being a holder. 2 scores
+ * per change; a count anew (O(N)) only the first time, or when the log
+ * was dropped, or after a lift from 255. Returns 0 if the entry went. */
+static int replay_entry(struct kvtierd *d, uint32_t i)
+{
+    struct gidx *g = gx_of(d);
+    struct gx_ent *e = &g->e[i];
+    uint32_t self = d->cl->self_id, end = g->olog_base + g->olog_n;
+    int fresh = e->oseq == 0 || e->oseq < g->olog_base;
+    for (uint32_t q = e->oseq; !fresh && q < end; q++) {
+        const struct gx_change *c = &g->olog[q - g->olog_base];
+        int up = ow_outranks(&e->key, e->nsh, c->id, self);
+        if (c->kind == OW_JOIN && up && e->above < 255) e->above++;
+        if (c->kind != OW_LEAVE) continue;
+        if (up && e->above == 255) fresh = 1;
+        else if (up) e->above--;
+        hold_del(g, i, c->id);
+        if (!g->e[i].n) return 0;
+    }
+    if (fresh) recount(d, i);
+    if (!g->e[i].n) return 0;
+    g->e[i].oseq = end;
+    return 1;
+}
+
+/* Drop holders not alive, and entries this node no longer owns: one lap
+ * after each change, once the view has settled (askers may count on
+ * them until then). When the lap is over every entry reflects the view
+ * changes logged, and that log is emptied. */
 static void sweep_slice(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
-    struct cluster *c = d->cl;
-    int drop_unowned = settled(d);
-    for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->used; k++) {
+    if (!g->sweep_left || !settled(d)) return;
+    for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->sweep_left && g->used; k++, g->sweep_left--) {
         uint32_t i = g->sweep_next++ % g->used;
-        struct gx_ent *e = &g->e[i];
-        if (!e->n) continue;
-        if (drop_unowned && !owns(d, &e->key, e->nsh)) {
-            ent_free(g, i);
-            continue;
-        }
-        for (int j = e->n - 1; j >= 0 && e->n; j--)
-            if (e->hold[j] != c->self_id && !cl_alive(cl_find(c, e->hold[j])))
-                hold_del(g, i, e->hold[j]);
+        if (!g->e[i].n || !replay_entry(d, i)) continue;
+        if (g->e[i].above >= g->r) ent_free(g, i);
     }
+    if (g->sweep_left && g->used) return;
+    g->sweep_left = 0;
+    g->olog_base += g->olog_n;
+    g->olog_n = 0;
 }
 
+/* ------------------------------------------------------------- leaving */
+
+int gx_leave(struct kvtierd *d)
+{
+    struct gidx *g = gx_of(d);
+    if (!g) return 0;
+    uint32_t nv, self = d->cl->self_id, handed = 0;
+    const uint32_t *v = view_of(d, &nv);
+    for (uint32_t i = 0; i < g->used; i++) {
+        const struct gx_ent *e = &g->e[i];
+        uint32_t o[GX_MAX_REPLICAS + 1], n;
+        if (!e->n) continue;
+        n = owners_of(&e->key, e->nsh, v, nv, g->r + 1, o); /* o[r]: who takes our place */
+        if (n <= g->r || !has(o, g->r, self)) continue;
+        uint32_t sent = 0;
+        for (uint8_t j = 0; j < e->n; j++)
+            if (e->hold[j] != self && ++sent)
+                queue_update(d, o[g->r], &e->key, e->nsh, 0, e->hold[j], 1);
+        handed += sent > 0;
+    }
+    flush_due(d, 1);
+    g->handed += handed;
+    g->moved += handed;
+    return (int)handed;
+}
 /* ------------------------------------------------------- owner replies */
 
 static int keys_ok(size_t n_keys, const ProtobufCBinaryData *keys, size_t n_nsh)
@@ -391,6 +717,16 @@ static int keys_ok(size_t n_keys, const ProtobufCBinaryData *keys, size_t n_nsh)
     if (n_keys != n_nsh || n_keys > 1048576) return 0;
     for (size_t i = 0; i < n_keys; i++)
         if (!wire_key_ok(&keys[i])) return 0;
+    return 1;
+}
+
+/* No holders (the sender holds every key), or one nonzero id per key. */
+static int holders_ok(const Kvtier__PeerIndex *ix)
+{
+    if (ix->n_holder == 0) return 1;
+    if (ix->n_holder != ix->n_keys) return 0;
+    for (size_t i = 0; i < ix->n_holder; i++)
+        if (ix->holder[i] == 0) return 0;
     return 1;
 }
 
@@ -409,7 +745,8 @@ const char *gx_check(struct kvtierd *d, const struct member *m, const Kvtier__Pe
     struct gq *q;
     switch (pm->body_case) {
     case KVTIER__PEER_MSG__BODY_INDEX:
-        return keys_ok(ix->n_keys, ix->keys, ix->n_ns_hash) && ix->n_drop == ix->n_keys
+        return keys_ok(ix->n_keys, ix->keys, ix->n_ns_hash) && ix->n_drop == ix->n_keys &&
+                       holders_ok(ix)
                    ? NULL : "malformed index update";
     case KVTIER__PEER_MSG__BODY_WHO_HAS:
         return keys_ok(w->n_keys, w->keys, w->n_ns_hash) ? NULL : "malformed who-has query";
@@ -425,7 +762,8 @@ void gx_on_index(struct kvtierd *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     for (size_t i = 0; i < ix->n_keys; i++)
-        gx_apply(d, m->id, (const kvt_key *)ix->keys[i].data, ix->ns_hash[i], ix->drop[i]);
+        gx_apply(d, ix->n_holder ? ix->holder[i] : m->id, (const kvt_key *)ix->keys[i].data,
+                 ix->ns_hash[i], ix->drop[i]);
 }
 
 /* A live holder of entry i other than `not`, or 0. */
@@ -716,9 +1054,9 @@ void gx_tick(struct kvtierd *d)
 {
     struct gidx *g = gx_of(d);
     if (!g) return;
-    if (g->repub) republish_slice(d);
+    pass_slice(d);
     sweep_slice(d);
-    for (uint32_t i = 0; i < d->cl->n; i++) flush_batch(d, &d->cl->m[i]);
+    flush_due(d, 0);
     expire(d, kvtierd_clock(d));
 }
 
@@ -728,8 +1066,16 @@ int gx_open(struct kvtierd *d)
     if (!g) abort();
     d->cl->gx = g;
     g->free_head = GX_NONE;
+    g->r = (uint32_t)d->cfg.cluster_replicas;
+    if (g->r > GX_MAX_REPLICAS) g->r = GX_MAX_REPLICAS;
+    g->log_base = g->olog_base = 1; /* 0: never told, never counted */
+    for (uint32_t i = 0; i < d->cl->n; i++)
+        if (cl_alive(&d->cl->m[i]) && d->cl->m[i].id != d->cl->self_id)
+            view_set(g, d->cl->m[i].id, 1);
+    view_add(g, d->cl->self_id);
     rehash(g, 1024);
-    g->repub = 1; /* publish what was loaded before the cluster opened */
+    pass_extend(d); /* publish what was loaded before the cluster opened */
+    g->pass_due_ms = 0;
     return 0;
 }
 
@@ -739,14 +1085,40 @@ void gx_close(struct kvtierd *d)
     if (!g) return;
     while (g->qs) gq_unlink(g, g->qs);
     while (g->parks) park_finish(d, g->parks);
-    for (uint32_t i = 0; i < d->cl->n; i++) {
-        free(d->cl->m[i].batch);
-        d->cl->m[i].batch = NULL;
-    }
+    for (uint32_t i = 0; i < GX_BT_BUCKETS; i++)
+        for (struct gx_batch *b = g->bt[i], *next; b; b = next) {
+            next = b->next;
+            free(b);
+        }
     free(g->e);
     free(g->bucket);
+    free(g->so);
+    free(g->view);
     free(g);
     d->cl->gx = NULL;
+}
+
+void gx_stats(struct kvtierd *d, struct gx_stats *st)
+{
+    struct gidx *g = gx_of(d);
+    memset(st, 0, sizeof *st);
+    if (!g) return;
+    st->entries = g->count;
+    st->moved = g->moved;
+    st->handed = g->handed;
+    st->query_timeouts = g->timeouts;
+    st->peer_hits = g->peer_hits;
+    st->batches = g->n_batches;
+    st->pass = (uint32_t)g->pass;
+    st->log = g->log_n;
+    st->sweep = g->sweep_left > 0;
+}
+
+void cluster_index_stats(struct kvtierd *d, struct cluster_index_stats *st)
+{
+    struct gidx *g = gx_of(d);
+    st->moved = g ? g->moved : 0;
+    st->query_timeouts = g ? g->timeouts : 0;
 }
 
 void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
@@ -756,4 +1128,5 @@ void gx_fill_peers(struct kvtierd *d, Kvtier__PeersResp *pr)
     pr->index_entries = g->count;
     pr->peer_hits = g->peer_hits;
     pr->lookup_timeouts = g->timeouts;
+    pr->index_moved = g->moved;
 }
