@@ -61,8 +61,8 @@ int ns_held(const struct ns_table *t, uint16_t id);
 /* Held namespaces that connection pipe created. */
 uint32_t ns_owned(const struct ns_table *t, uint32_t pipe);
 
-/* The peer tier calls these three with the daemon; only its table
- * (d->ns) is used. */
+/* The core and the tiers' host (tierhost.c) call these three with the
+ * daemon; only its table (d->ns) is used. */
 
 /* The id of name, created (or an unheld id renamed) for pipe; NS_NONE when
  * ns_admit would refuse the table. The caller must hold it before it
