@@ -62,6 +62,10 @@ TEST_HELP  := $(call obj,$(wildcard tests/lib/*.c))
 # corpus-<name>/). fuzz_wire.c is replayed by tests/unit/test_fuzz_replay.
 FUZZ_SRC   := $(filter-out tests/fuzz/fuzz_wire.c,$(wildcard tests/fuzz/fuzz_*.c))
 TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC) $(FUZZ_SRC))
+# The membership simulator (tests/sim/): simnet.c is the engine, shared by
+# the swim unit test and the swimsim scenarios (make test, make bench).
+SIM_LIB    := $(call obj,tests/sim/simnet.c)
+SIM_BINS   := $(BUILD)/tests/sim/swimsim
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -130,6 +134,13 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(INTERNAL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) $(TEST_LIBS)
 
+$(BUILD)/obj/tests/sim/%.o $(BUILD)/obj/tests/unit/test_swim.o: \
+    CPPFLAGS += -Itiers/peer -Itests/sim
+$(BUILD)/tests/unit/test_swim: $(SIM_LIB)
+$(BUILD)/tests/sim/%: $(BUILD)/obj/tests/sim/%.o $(SIM_LIB) $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS)
+
 # Examples build as a user would: the public header and libkvtier.a only.
 $(BUILD)/examples/%: examples/%.c $(LIBKVT_A) client/include/kvtier.h
 	@mkdir -p $(dir $@)
@@ -170,7 +181,7 @@ run: deps all
 	exec $(KVTIERD) --socket ipc://$(CURDIR)/var/kvtierd.sock --state-dir $(CURDIR)/var \
 	    --nvme.nvme_bytes 4G
 
-test-bin: all $(TEST_BINS)
+test-bin: all $(TEST_BINS) $(SIM_BINS)
 
 test: deps
 	$(MAKE) test-bin
@@ -186,7 +197,7 @@ test: deps
 test-engines: deps all
 	scripts/run-engine-tests.sh $(BUILD)
 
-bench: deps all $(BENCH_BINS)
+bench: deps all $(BENCH_BINS) $(SIM_BINS)
 	scripts/run-bench.sh $(BUILD)
 
 # Engine benchmarks only (time to first token in real vLLM, workload replay).

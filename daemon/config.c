@@ -96,6 +96,14 @@ static const struct cfg_key keys[] = {
      "tenants are set; clients of daemon.tcp are operators then"},
     {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
+    {"dram", "pool", CFG_STR, F(pool_kind), "auto", 0, 0, "kind", 0,
+     "memfd: the pool is a sealed memfd (F_SEAL_SHRINK|F_SEAL_GROW) that "
+     "clients receive over the fast channel (SCM_RIGHTS), so none can shrink "
+     "it; kept across restarts only through systemd's fd store "
+     "(FileDescriptorStoreMax=). file: a file at dram.pool_path that clients "
+     "open by path; kept across restarts without systemd (dram.adopt). auto: "
+     "memfd when systemd gives this service an fd store ($FDSTORE) and the "
+     "fast channel is on, else file"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,
      1099511627776.0, "bytes", 0, "DRAM pool capacity (K, M, G, T suffixes)"},
     {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1,
@@ -658,6 +666,11 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         return -1;
     }
     if (check_tcp(c, err, errlen) != 0) return -1;
+    if (strcmp(c->pool_kind, "file") && strcmp(c->pool_kind, "memfd") &&
+        strcmp(c->pool_kind, "auto")) {
+        snprintf(err, errlen, "dram.pool '%s': want file, memfd or auto", c->pool_kind);
+        return -1;
+    }
     if (c->nvme_low_watermark >= c->nvme_high_watermark) {
         snprintf(err, errlen, "nvme.nvme_low_watermark (%g) must be below "
                  "nvme.nvme_high_watermark (%g)", c->nvme_low_watermark,

@@ -72,6 +72,7 @@ struct kvt_config {
     double low_watermark;
     uint64_t pool_mode;           /* octal file mode */
     char pool_group[64];          /* group that may map the pool */
+    char pool_kind[16];           /* dram.pool: file, memfd or auto */
     /* [hbm] */
     uint64_t hbm_bytes;           /* GPU pool of the HBM tier; 0: off */
     /* [nvme] and DRAM adoption (nvstore.c, journal.c) */

@@ -71,6 +71,20 @@ for b in "$bench_dir"/*; do
   echo
 done
 
+# The membership simulator (tests/sim/swimsim): the real swim.c on 10, 100
+# and 1000 simulated nodes under every injection of the scenario table.
+if [ -z "$only" ] && [ -x "$build/tests/sim/swimsim" ]; then
+  echo "== swimsim"
+  start=$(date +%s)
+  timeout --signal=TERM --kill-after=10 "${SIM_BENCH_TIMEOUT:-3600}" \
+    "$build/tests/sim/swimsim" --bench ${SIM_BENCH_SIZES:-10 100 1000}
+  rc=$?
+  ran=$((ran + 1))
+  if [ $rc -eq 0 ]; then echo "-- swimsim: done in $(( $(date +%s) - start )) s"
+  else echo "-- swimsim: FAILED: exit status $rc"; failed+=(swimsim); fi
+  echo
+fi
+
 # Engine benchmarks: replay through the Python client (standard library),
 # time to first token in real vLLM (the engines environment).
 export KVTIERCTL=${KVTIERCTL:-$PWD/$build/bin/kvtierctl}

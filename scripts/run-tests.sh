@@ -29,7 +29,7 @@ run_one() { # name, command...
 }
 
 for t in "$build"/tests/unit/* "$build"/tests/fuzz/* "$build"/tests/integration/* \
-         "$build"/tests/fault/*; do
+         "$build"/tests/fault/* "$build"/tests/sim/*; do
     [ -f "$t" ] && [ -x "$t" ] && [[ "$t" != *.d ]] || continue
     run_one "${t#$build/tests/}" "$t"
 done

@@ -61,6 +61,25 @@ int td_init(struct tdaemon *d)
 
 pid_t td_spawn(struct tdaemon *d, const char *const *extra)
 {
+    return td_spawn_fd(d, extra, -1, NULL);
+}
+
+/* As systemd hands a service its stored fds: fd 3 and LISTEN_* naming it
+ * for this very process. */
+static void pass_listen_fd(int fd, const char *name)
+{
+    char pid[32];
+    if (fd < 0) return;
+    if (fd != 3 && dup2(fd, 3) != 3) _exit(126);
+    fcntl(3, F_SETFD, 0);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    setenv("LISTEN_FDNAMES", name, 1);
+}
+
+pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
+{
     char url[400];
     snprintf(url, sizeof url, "ipc://%s", d->sock);
     /* Port 0: every test daemon gets a free metrics port of its own. */
@@ -75,8 +94,9 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
         /* A test that dies or fails half-way must not leave daemons. */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(0);
-        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) dup2(fd, 2);
+        int lfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (lfd >= 0) dup2(lfd, 2);
+        pass_listen_fd(fd, name);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -85,8 +105,13 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
 
 int td_start(struct tdaemon *d, const char *const *extra)
 {
+    return td_start_fd(d, extra, -1, NULL);
+}
+
+int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
+{
     if (!d->dir[0] && td_init(d) != 0) return -1;
-    d->pid = td_spawn(d, extra);
+    d->pid = td_spawn_fd(d, extra, fd, name);
     if (d->pid < 0) return -1;
     long long deadline = td_now_ms() + (getenv("KVT_SAN") ? 20000 : 8000);
     while (td_now_ms() < deadline) {

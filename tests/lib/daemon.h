@@ -29,6 +29,11 @@ int td_init(struct tdaemon *d);
 int td_start(struct tdaemon *d, const char *const *extra);
 /* Start without waiting; returns the pid. */
 pid_t td_spawn(struct tdaemon *d, const char *const *extra);
+/* The same two, handing fd (if >= 0) to the daemon as systemd hands back
+ * a stored fd: as fd 3, with LISTEN_FDS=1, LISTEN_FDNAMES=name and
+ * LISTEN_PID=its pid. */
+int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
+pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
 /* Wait for the process to exit (up to ms); its exit status or -1. */
 int td_wait_exit(pid_t pid, int ms);
 /* SIGTERM and wait; returns the exit status (0 = clean). */

@@ -1,0 +1,348 @@
+/*
+ * swimsim.c -- the membership simulator: the real swim.c on N simulated
+ * nodes (simnet.c), under the injections of issue 12.
+ *
+ *   swimsim                 the short correctness run of `make test`: N=100,
+ *                           asserts properties (no false death on a clean
+ *                           network, every crash detected by every node,
+ *                           join/leave/partition heal converge), never times
+ *   swimsim --bench [N...]  every scenario at each N (default 10 100 1000),
+ *                           one table row each (scripts/run-bench.sh)
+ *   --only A,B,...          with --bench: those scenarios alone
+ *   --seed S                another seed (default 1)
+ *   --cpu                   charge each handler's measured CPU time to its
+ *                           node (a thread-CPU clock read per handler: about
+ *                           3x slower here, and not repeatable); without it
+ *                           cpu%/n is the whole process's CPU time per node,
+ *                           the simulator's own work included
+ *
+ * Hook: the global index's ownership/delta code (gidx) is not linked yet;
+ * when it is, a scenario drives it from the same change callback
+ * (sim_cfg.on_change), which is where its view changes arrive.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simnet.h"
+#include "swim.h"
+
+#define S(x) ((uint64_t)(x) * 1000000ull) /* seconds -> us */
+/* Observation after an injection: halved in the short run of make test. */
+static double tail = 1.0;
+#define T(x) ((uint64_t)((double)(x) * tail * 1e6))
+
+struct opts {
+    uint64_t seed;
+    int cpu;
+    double loss;
+    uint32_t jitter;
+};
+
+struct result {
+    const char *name;
+    int n;
+    double converge_ms;        /* after the last injection; -1: never */
+    struct sim_stats st;
+    double secs;               /* measured span */
+};
+
+static struct sim *cluster(int n, const struct opts *o, double loss)
+{
+    struct sim_cfg c = {0};
+    c.seed = o->seed * 7919 + (uint64_t)n;
+    c.lat_us = 200;
+    c.jitter_us = o->jitter ? o->jitter : 300;
+    c.loss = loss;
+    c.charge_cpu = o->cpu;
+    c.ops = &swim_ops;
+    static const uint8_t meta[64] = {1}; /* about a UCX worker address */
+    c.mbc.meta = meta;
+    c.mbc.meta_len = sizeof meta;
+    struct sim *s = sim_new(&c);
+    sim_start(s, -1, -1);
+    /* Nodes arrive 20 ms apart, each through a random earlier one. */
+    for (int i = 1; i < n; i++) {
+        sim_run_until(s, sim_now(s) + 20000);
+        sim_start(s, -1, (int)(sim_rand(s) % (uint64_t)i));
+    }
+    uint64_t cap = sim_now(s) + S(300);
+    while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
+    sim_run_until(s, sim_now(s) + S(5));
+    sim_reset_stats(s);
+    return s;
+}
+
+static int random_up(struct sim *s, int not)
+{
+    size_t n = sim_nodes(s);
+    for (;;) {
+        int i = (int)(sim_rand(s) % n);
+        if (i != not && sim_up(s, i)) return i;
+    }
+}
+
+/* Run to t_end; converge_ms = time from `since` to the last convergence. */
+static void finish(struct sim *s, struct result *r, uint64_t t0, uint64_t since, uint64_t t_end)
+{
+    sim_run_until(s, t_end);
+    uint64_t c = sim_converged_at(s);
+    r->converge_ms = sim_disagree(s) == 0 ? (c > since ? (double)(c - since) / 1000.0 : 0) : -1;
+    sim_stats(s, &r->st);
+    r->secs = (double)(t_end - t0) / 1e6;
+}
+
+static void sc_clean(struct sim *s, struct result *r)
+{
+    uint64_t t0 = sim_now(s);
+    finish(s, r, t0, t0, t0 + T(60));
+}
+
+static void sc_slow_link(struct sim *s, struct result *r)
+{
+    uint64_t t0 = sim_now(s);
+    sim_slow_link(s, 1, 2, 300000, 0.30);
+    finish(s, r, t0, t0, t0 + T(60));
+}
+
+static void sc_pause(struct sim *s, struct result *r, uint32_t ms)
+{
+    uint64_t t0 = sim_now(s);
+    sim_pause(s, 3, ms);
+    finish(s, r, t0, t0 + (uint64_t)ms * 1000, t0 + T(60));
+}
+
+static void sc_partition(struct sim *s, struct result *r)
+{
+    size_t n = sim_nodes(s);
+    int *g = calloc(n, sizeof *g);
+    for (size_t i = 0; i < n; i++) g[i] = i >= n / 2;
+    uint64_t t0 = sim_now(s);
+    sim_partition(s, g, 1);
+    sim_run_until(s, t0 + S(30));
+    uint64_t heal = sim_now(s);
+    sim_partition(s, g, 0);
+    free(g);
+    finish(s, r, t0, heal, heal + T(180));
+}
+
+static void sc_join(struct sim *s, struct result *r)
+{
+    uint64_t t0 = sim_now(s);
+    sim_start(s, -1, random_up(s, -1));
+    finish(s, r, t0, t0, t0 + T(30));
+}
+
+static void sc_leave(struct sim *s, struct result *r)
+{
+    uint64_t t0 = sim_now(s);
+    sim_leave(s, random_up(s, 0));
+    finish(s, r, t0, t0, t0 + T(30));
+}
+
+static void sc_crash(struct sim *s, struct result *r)
+{
+    int k = (int)sim_nodes(s) / 100;
+    uint64_t t0 = sim_now(s);
+    for (int i = 0; i < (k ? k : 1); i++) sim_crash(s, random_up(s, 0));
+    finish(s, r, t0, t0, t0 + S(90));
+}
+
+/* 1% of the nodes per minute crash and are replaced by new ones. */
+static void sc_churn(struct sim *s, struct result *r)
+{
+    size_t n = sim_nodes(s);
+    uint64_t t0 = sim_now(s), every = S(60) / (n / 100 ? n / 100 : 1), last = t0;
+    for (uint64_t t = t0 + every; t <= t0 + S(180); t += every) {
+        sim_run_until(s, t);
+        sim_crash(s, random_up(s, 0));
+        sim_start(s, -1, random_up(s, -1));
+        last = t;
+    }
+    finish(s, r, t0, last, last + S(90));
+}
+
+/* One node per 2 s: down, back 1 s later with a new incarnation. */
+static void sc_rolling(struct sim *s, struct result *r)
+{
+    size_t n = sim_nodes(s), k = n < 30 ? n : 30;
+    if (tail < 1) k = 10;
+    uint64_t t0 = sim_now(s), last = t0;
+    for (size_t i = 0; i < k; i++) {
+        int v = (int)((i + 1) % n);
+        sim_run_until(s, t0 + S(2) * i);
+        sim_crash(s, v);
+        sim_run_until(s, sim_now(s) + S(1));
+        sim_start(s, v, random_up(s, v));
+        last = sim_now(s);
+    }
+    finish(s, r, t0, last, last + T(90));
+}
+
+/* ------------------------------------------------------------- printing */
+
+static void header(void)
+{
+    printf("%-12s %5s %9s %6s %6s %6s %9s %9s %8s %8s %8s %8s %7s\n", "scenario", "N",
+           "converge", "false", "byPaus", "ofPaus", "det50/99", "all50/99", "msg/n/s",
+           "B/n/s", "cpu%/n", "susp/n/m", "refut");
+}
+
+static void row(const struct result *r)
+{
+    const struct sim_stats *st = &r->st;
+    double msgs = 0, bytes = 0, ns = (double)st->node_seconds_us / 1e6;
+    for (int t = 0; t < MB_NMSGS; t++) {
+        msgs += (double)st->msgs_tx[t];
+        bytes += (double)st->bytes_tx[t];
+    }
+    char conv[16], d1[24], d2[24];
+    if (r->converge_ms < 0) snprintf(conv, sizeof conv, "never");
+    else snprintf(conv, sizeof conv, "%.1fs", r->converge_ms / 1000);
+    snprintf(d1, sizeof d1, st->detect_first_p50 < 0 ? "-" : "%.1f/%.1f",
+             st->detect_first_p50 / 1000, st->detect_first_p99 / 1000);
+    snprintf(d2, sizeof d2, st->detect_all_p50 < 0 ? "-" : "%.1f/%.1f",
+             st->detect_all_p50 / 1000, st->detect_all_p99 / 1000);
+    printf("%-12s %5d %9s %6llu %6llu %6llu %9s %9s %8.2f %8.0f %8.4f %8.3f %7llu\n", r->name,
+           r->n, conv, (unsigned long long)st->false_deaths,
+           (unsigned long long)st->false_deaths_by_paused,
+           (unsigned long long)st->deaths_of_paused, d1, d2, ns > 0 ? msgs / ns : 0,
+           ns > 0 ? bytes / ns : 0, ns > 0 ? 100.0 * (double)st->cpu_ns / 1e9 / ns : 0,
+           ns > 0 ? (double)st->suspicions / ns * 60 : 0, (unsigned long long)st->refutations);
+    fflush(stdout);
+}
+
+typedef void (*scenario_fn)(struct sim *, struct result *);
+
+static void pause2(struct sim *s, struct result *r) { sc_pause(s, r, 2000); }
+static void pause5(struct sim *s, struct result *r) { sc_pause(s, r, 5000); }
+static void pause10(struct sim *s, struct result *r) { sc_pause(s, r, 10000); }
+
+static const struct {
+    const char *name;
+    scenario_fn fn;
+    double loss;
+} scenarios[] = {
+    {"clean", sc_clean, 0},      {"loss5%", sc_clean, 0.05},   {"slowlink", sc_slow_link, 0},
+    {"pause2s", pause2, 0},      {"pause5s", pause5, 0},       {"pause10s", pause10, 0},
+    {"partition", sc_partition, 0}, {"join", sc_join, 0},      {"leave", sc_leave, 0},
+    {"crash1%", sc_crash, 0},    {"churn1%/min", sc_churn, 0}, {"rolling2s", sc_rolling, 0},
+};
+
+static struct result run_one(int idx, int n, const struct opts *o)
+{
+    struct result r = {scenarios[idx].name, n, 0, {0}, 0};
+    struct sim *s = cluster(n, o, scenarios[idx].loss);
+    scenarios[idx].fn(s, &r);
+    sim_free(s);
+    return r;
+}
+
+/* ---------------------------------------------------------- short test */
+
+static int fails;
+
+#define CHECK(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            printf("FAIL %s: ", r.name); \
+            printf(__VA_ARGS__); \
+            printf("\n"); \
+            fails++; \
+        } \
+    } while (0)
+
+static int find(const char *name)
+{
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        if (!strcmp(scenarios[i].name, name)) return (int)i;
+    abort();
+}
+
+static int short_run(const struct opts *o)
+{
+    const int n = 100;
+    tail = 0.5;
+    header();
+    struct result r = run_one(find("clean"), n, o);
+    row(&r);
+    CHECK(r.st.false_deaths == 0, "%llu false deaths on a clean network",
+          (unsigned long long)r.st.false_deaths);
+    CHECK(r.converge_ms >= 0, "views differ from the truth");
+
+    r = run_one(find("crash1%"), n, o);
+    row(&r);
+    CHECK(r.st.crashes_detected == r.st.crashes, "%llu of %llu crashes detected",
+          (unsigned long long)r.st.crashes_detected, (unsigned long long)r.st.crashes);
+    CHECK(r.converge_ms >= 0, "some node still holds a crashed node live");
+    CHECK(r.st.false_deaths == 0, "false deaths");
+
+    r = run_one(find("pause5s"), n, o);
+    row(&r);
+    CHECK(r.st.false_deaths == 0, "a paused node caused %llu false deaths",
+          (unsigned long long)r.st.false_deaths);
+    CHECK(r.converge_ms >= 0, "no convergence after the pause");
+
+    r = run_one(find("partition"), n, o);
+    row(&r);
+    CHECK(r.converge_ms >= 0, "the healed partition did not converge");
+
+    r = run_one(find("join"), n, o);
+    row(&r);
+    CHECK(r.converge_ms >= 0, "the join did not converge");
+    r = run_one(find("leave"), n, o);
+    row(&r);
+    CHECK(r.converge_ms >= 0, "the leave did not converge");
+    CHECK(r.st.left_as_dead == 0, "a node that left was declared dead");
+
+    r = run_one(find("rolling2s"), n, o);
+    row(&r);
+    CHECK(r.converge_ms >= 0, "the rolling restart did not converge");
+    printf("%s\n", fails ? "swimsim: FAILED" : "swimsim: all properties hold");
+    return fails ? 1 : 0;
+}
+
+/* name is one of the comma-separated list. */
+static int listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {1, 0, 0, 0};
+    int bench = 0, sizes[16], ns = 0;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
+        else {
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu]\n");
+            return 2;
+        }
+    }
+    if (!bench) return short_run(&o);
+    if (!ns) {
+        sizes[ns++] = 10;
+        sizes[ns++] = 100;
+        sizes[ns++] = 1000;
+    }
+    printf("swimsim --bench: seed %llu, latency 200-500 us, %s; converge = after the"
+           " last injection; det = crash detection s (first node / every node)\n",
+           (unsigned long long)o.seed,
+           o.cpu ? "handler CPU charged" : "cpu = process CPU time (simulator included)");
+    header();
+    for (int k = 0; k < ns; k++)
+        for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+            if (only && !listed(only, scenarios[i].name)) continue;
+            struct result r = run_one((int)i, sizes[k], &o);
+            row(&r);
+        }
+    return 0;
+}

@@ -1,0 +1,504 @@
+/*
+ * test_swim.c -- the member table (member.c) and the embedded SWIM backend
+ * (swim.c): single instances fed crafted messages through a capturing
+ * transport, and clusters of instances on the in-memory network of
+ * tests/sim/simnet.c (virtual time: deterministic, no waiting).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kvtier.pb-c.h"
+#include "member.h"
+#include "simnet.h"
+#include "swim.h"
+
+/* ------------------------------------------------ a capturing transport */
+
+struct cap {
+    uint64_t now, rng;
+    int n;
+    size_t len[512];
+    char to[512][MB_ADDR_MAX];
+    uint8_t *buf[512];
+    int events[MB_NEVENTS];
+};
+
+static int cap_send(void *ctx, const char *addr, const void *buf, size_t len)
+{
+    struct cap *c = ctx;
+    if (c->n == 512) return -1;
+    c->buf[c->n] = malloc(len ? len : 1);
+    memcpy(c->buf[c->n], buf, len);
+    c->len[c->n] = len;
+    strcpy(c->to[c->n], addr);
+    c->n++;
+    return 0;
+}
+static uint64_t cap_now(void *ctx) { return ((struct cap *)ctx)->now; }
+static uint64_t cap_rand(void *ctx) { return ++((struct cap *)ctx)->rng * 2654435761u; }
+
+static void cap_clear(struct cap *c)
+{
+    for (int i = 0; i < c->n; i++) free(c->buf[i]);
+    c->n = 0;
+}
+
+static void cap_event(void *arg, struct mb *mb, struct mb_member *m, enum mb_event ev,
+                      enum mb_state old)
+{
+    (void)mb;
+    (void)m;
+    (void)old;
+    ((struct cap *)arg)->events[ev]++;
+}
+
+static struct mb *one(struct cap *c, const struct mb_ops *ops)
+{
+    struct mb_config cfg = {0};
+    cfg.self_id = 1;
+    cfg.self_addr = "sim://self";
+    cfg.inc = 100;
+    cfg.on_change = cap_event;
+    cfg.on_change_arg = c;
+    cfg.env = (struct mb_env){c, cap_send, cap_now, cap_rand};
+    struct mb *mb = mb_create(ops, &cfg, NULL);
+    assert_non_null(mb);
+    return mb;
+}
+
+/* Feed mb one message from node `from` carrying claims[0..n). */
+static void feed(struct mb *mb, uint32_t from, Kvtier__SwimMember **claims, size_t n,
+                 int sync, uint64_t rx)
+{
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimSync s = KVTIER__SWIM_SYNC__INIT;
+    Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
+    char addr[32];
+    snprintf(addr, sizeof addr, "sim://%u", (unsigned)from);
+    msg.from = from;
+    msg.from_addr = addr;
+    if (sync) {
+        s.members = claims;
+        s.n_members = n;
+        msg.body_case = KVTIER__SWIM_MSG__BODY_SYNC;
+        msg.sync = &s;
+    } else {
+        msg.gossip = claims;
+        msg.n_gossip = n;
+        msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
+        msg.gossip_only = &g;
+    }
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = malloc(len);
+    kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len, rx);
+    free(buf);
+}
+
+static void claim(Kvtier__SwimMember *c, uint32_t id, int st, uint64_t inc, uint32_t from,
+                  char *addr)
+{
+    kvtier__swim_member__init(c);
+    c->id = id;
+    c->state = (Kvtier__SwimState)st;
+    c->incarnation = inc;
+    c->from = from;
+    c->addr = addr;
+}
+
+/* ------------------------------------------------------- member table */
+
+static const struct mb_ops bare_ops = {.name = "bare"};
+
+static void test_table_grows_and_shrinks(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &bare_ops);
+    enum { N = 5000 };
+    for (uint32_t id = 2; id < N + 2; id++)
+        assert_non_null(mb_add(mb, id, "sim://x", "m", 1, 7, MB_ALIVE));
+    assert_null(mb_add(mb, 77, "sim://x", NULL, 0, 1, MB_ALIVE)); /* present */
+    assert_null(mb_add(mb, 1, "sim://x", NULL, 0, 1, MB_ALIVE));  /* self */
+    assert_int_equal(mb_count(mb), N);
+    assert_int_equal(c.events[MB_EV_JOIN], N);
+    uint64_t e0 = mb_epoch(mb);
+    for (uint32_t id = 3; id < N + 2; id += 2) mb_remove(mb, mb_find(mb, id));
+    for (uint32_t id = 2; id < N + 2; id++) {
+        struct mb_member *m = mb_find(mb, id);
+        if (id % 2) assert_null(m);
+        else assert_true(m && m->id == id && m->meta_len == 1);
+    }
+    assert_int_equal(mb_count(mb), N / 2);
+    assert_int_equal(mb_live(mb), N / 2);
+    assert_int_equal(c.events[MB_EV_GONE], N / 2);
+    assert_true(mb_epoch(mb) > e0);
+    struct mb_member *m = mb_find(mb, 2);
+    mb_set_state(mb, m, MB_DEAD, 7);
+    assert_int_equal(mb_stats(mb)->members[MB_DEAD], 1);
+    mb_set_state(mb, m, MB_ALIVE, 8); /* back with a newer incarnation */
+    assert_int_equal(mb_stats(mb)->false_deaths, 1);
+    assert_int_equal(c.events[MB_EV_ALIVE], 1);
+    mb_destroy(mb);
+    assert_int_equal(c.events[MB_EV_GONE], N);
+    cap_clear(&c);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb_config cfg = {0};
+    const char *why = NULL;
+    cfg.self_addr = "sim://a";
+    cfg.env = (struct mb_env){&c, cap_send, cap_now, cap_rand};
+    assert_null(mb_create(&swim_ops, &cfg, &why)); /* id 0 */
+    assert_non_null(why);
+    cfg.self_id = 5;
+    cfg.meta_len = MB_META_MAX + 1;
+    cfg.meta = "x";
+    assert_null(mb_create(&swim_ops, &cfg, &why));
+}
+
+/* ------------------------------------------------------ swim, one node */
+
+static void test_refutes_suspicion_of_itself(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a2[] = "sim://2";
+    Kvtier__SwimMember cl[2], *cp[2] = {&cl[0], &cl[1]};
+    claim(&cl[0], 2, MB_ALIVE, 5, 2, a2);
+    claim(&cl[1], 1, MB_SUSPECT, 100, 2, a2); /* "you are suspect" */
+    feed(mb, 2, cp, 2, 0, 0);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    assert_int_equal(mb_stats(mb)->refutations, 1);
+    assert_true(mb_stats(mb)->health > 0); /* Lifeguard: maybe it is us */
+    /* The refutation goes out with the next message. */
+    c.now = 5000;
+    mb_tick(mb, c.now);
+    assert_true(c.n > 0);
+    Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[0], c.buf[0]);
+    assert_non_null(m);
+    int seen = 0;
+    for (size_t i = 0; i < m->n_gossip; i++)
+        seen |= m->gossip[i]->id == 1 && m->gossip[i]->state == KVTIER__SWIM_STATE__SWIM_ALIVE &&
+                m->gossip[i]->incarnation == 101;
+    assert_true(seen);
+    kvtier__swim_msg__free_unpacked(m, NULL);
+    /* An old claim (below the incarnation) changes nothing. */
+    claim(&cl[1], 1, MB_DEAD, 50, 2, a2);
+    feed(mb, 2, &cp[1], 1, 0, 0);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    cap_clear(&c);
+    mb_destroy(mb);
+}
+
+static void test_precedence(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a3[] = "sim://3";
+    Kvtier__SwimMember cl, *cp = &cl;
+    claim(&cl, 3, MB_ALIVE, 10, 3, a3);
+    feed(mb, 3, &cp, 1, 0, 0);
+    struct mb_member *m = mb_find(mb, 3);
+    assert_true(m && m->state == MB_ALIVE);
+    claim(&cl, 3, MB_SUSPECT, 10, 4, a3);  /* suspect at equal inc wins */
+    feed(mb, 4, &cp, 1, 0, 0);
+    assert_int_equal(m->state, MB_SUSPECT);
+    claim(&cl, 3, MB_ALIVE, 10, 3, a3);    /* alive at equal inc does not */
+    feed(mb, 3, &cp, 1, 0, 0);
+    assert_int_equal(m->state, MB_SUSPECT);
+    claim(&cl, 3, MB_ALIVE, 11, 3, a3);    /* a refutation does */
+    feed(mb, 3, &cp, 1, 0, 0);
+    assert_int_equal(m->state, MB_ALIVE);
+    claim(&cl, 3, MB_DEAD, 11, 4, a3);     /* from a sync: only suspect */
+    feed(mb, 4, &cp, 1, 1, 0);
+    assert_int_equal(m->state, MB_SUSPECT);
+    claim(&cl, 3, MB_DEAD, 11, 4, a3);     /* gossiped: dead */
+    feed(mb, 4, &cp, 1, 0, 0);
+    assert_int_equal(m->state, MB_DEAD);
+    claim(&cl, 3, MB_SUSPECT, 11, 4, a3);  /* nothing revives or re-suspects */
+    feed(mb, 4, &cp, 1, 0, 0);
+    assert_int_equal(m->state, MB_DEAD);
+    assert_int_equal(c.events[MB_EV_DEAD], 1);
+    cap_clear(&c);
+    mb_destroy(mb);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 37 + 11);
+    mb_receive(mb, junk, sizeof junk, 0);
+    assert_int_equal(mb_stats(mb)->rx_bad, 1);
+    /* A valid message, truncated. */
+    char a2[] = "sim://2";
+    Kvtier__SwimMember cl, *cp = &cl;
+    claim(&cl, 2, MB_ALIVE, 5, 2, a2);
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
+    msg.from = 2;
+    msg.from_addr = a2;
+    msg.gossip = &cp;
+    msg.n_gossip = 1;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
+    msg.gossip_only = &g;
+    uint8_t buf[256];
+    size_t len = kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len - 3, 0);
+    assert_int_equal(mb_stats(mb)->rx_bad, 2);
+    /* An address too long for the table, a sender without a body. */
+    char longaddr[MB_ADDR_MAX + 10];
+    memset(longaddr, 'a', sizeof longaddr - 1);
+    longaddr[sizeof longaddr - 1] = 0;
+    cl.addr = longaddr;
+    len = kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len, 0);
+    assert_int_equal(mb_stats(mb)->rx_bad, 3);
+    msg.body_case = KVTIER__SWIM_MSG__BODY__NOT_SET;
+    msg.n_gossip = 0;
+    len = kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len, 0);
+    assert_int_equal(mb_stats(mb)->rx_bad, 4);
+    assert_int_equal(mb_count(mb), 0);
+    mb_destroy(mb);
+}
+
+/* 300 members learned at once: every probe message stays within
+ * max_msg_bytes, the gossip still drains. */
+static void test_piggyback_bounded(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 300 };
+    Kvtier__SwimMember *cl = calloc(N, sizeof *cl), **cp = calloc(N, sizeof *cp);
+    char (*addr)[32] = calloc(N, 32);
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(addr[i], 32, "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, N, 0, 0);
+    assert_int_equal(mb_count(mb), N);
+    size_t max = mb_cfg(mb)->max_msg_bytes, gossiped = 0;
+    for (int t = 0; t < 40; t++) {
+        c.now += 200;
+        mb_tick(mb, c.now);
+        for (int i = 0; i < c.n; i++) {
+            Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[i], c.buf[i]);
+            assert_non_null(m);
+            if (m->body_case != KVTIER__SWIM_MSG__BODY_SYNC) assert_true(c.len[i] <= max);
+            gossiped += m->n_gossip;
+            kvtier__swim_msg__free_unpacked(m, NULL);
+        }
+        cap_clear(&c);
+    }
+    assert_true(gossiped >= N); /* every claim went out at least once */
+    free(cl);
+    free(cp);
+    free(addr);
+    mb_destroy(mb);
+}
+
+
+/* Lifeguard: independent confirmations bring the death sooner than one
+ * lone suspicion (virtual time; compared, not timed). */
+static uint64_t death_after(int confirmers)
+{
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a[8][16];
+    Kvtier__SwimMember cl[8], *cp[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        snprintf(a[i], sizeof a[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, i + 2, a[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, 8, 0, 0);
+    for (int k = 0; k < confirmers; k++) { /* "node 3 is suspect", from 4, 5, ... */
+        claim(&cl[0], 3, MB_SUSPECT, 1, (uint32_t)k + 4, a[1]);
+        feed(mb, (uint32_t)k + 4, cp, 1, 0, 0);
+    }
+    assert_int_equal(mb_find(mb, 3)->state, MB_SUSPECT);
+    while (mb_find(mb, 3)->state == MB_SUSPECT && c.now < 1000000) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        cap_clear(&c);
+    }
+    assert_int_equal(mb_find(mb, 3)->state, MB_DEAD);
+    uint64_t t = c.now;
+    mb_destroy(mb);
+    return t;
+}
+
+static void test_confirmations_shorten_suspicion(void **state)
+{
+    (void)state;
+    uint64_t lone = death_after(1), confirmed = death_after(4);
+    assert_true(confirmed < lone);
+}
+
+/* --------------------------------------------------- swim, many nodes */
+
+struct tally {
+    int dead[64], left[64], join[64];
+};
+
+static void count_ev(void *arg, int obs, struct mb_member *m, enum mb_event ev, enum mb_state old)
+{
+    (void)obs;
+    (void)old;
+    struct tally *t = arg;
+    if (m->id >= 64) return;
+    if (ev == MB_EV_DEAD) t->dead[m->id]++;
+    if (ev == MB_EV_LEFT) t->left[m->id]++;
+    if (ev == MB_EV_JOIN) t->join[m->id]++;
+}
+
+static struct sim *net(int n, struct tally *t, double loss)
+{
+    struct sim_cfg c = {0};
+    c.seed = 42;
+    c.lat_us = 300;
+    c.jitter_us = 200;
+    c.loss = loss;
+    c.ops = &swim_ops;
+    c.on_change = count_ev;
+    c.on_change_arg = t;
+    c.mbc.reap_ms = 20000;
+    struct sim *s = sim_new(&c);
+    for (int i = 0; i < n; i++) sim_start(s, -1, i ? 0 : -1);
+    sim_run_until(s, 20000000);
+    return s;
+}
+
+static void test_join_and_metadata(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(8, &t, 0);
+    assert_int_equal(sim_disagree(s), 0);
+    for (int i = 0; i < 8; i++) assert_int_equal(mb_live(sim_mb(s, i)), 7);
+    /* Node 3 publishes new metadata; everyone learns it. */
+    assert_int_equal(mb_set_meta(sim_mb(s, 3), "ucx-worker-addr", 15), 0);
+    sim_run_until(s, sim_now(s) + 10000000);
+    for (int i = 0; i < 8; i++) {
+        if (i == 3) continue;
+        struct mb_member *m = mb_find(sim_mb(s, i), 4);
+        assert_true(m && m->meta_len == 15 && !memcmp(m->meta, "ucx-worker-addr", 15));
+    }
+    sim_free(s);
+}
+
+static void test_crash_detected_and_reaped(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(8, &t, 0);
+    sim_crash(s, 5); /* id 6 */
+    sim_run_until(s, sim_now(s) + 15000000);
+    assert_int_equal(t.dead[6], 7);
+    assert_int_equal(sim_disagree(s), 0);
+    for (int i = 0; i < 8; i++) {
+        if (i == 5) continue;
+        struct mb_member *m = mb_find(sim_mb(s, i), 6);
+        assert_true(m && m->state == MB_DEAD);
+    }
+    sim_run_until(s, sim_now(s) + 30000000); /* reap_ms = 20 s */
+    for (int i = 0; i < 8; i++)
+        if (i != 5) assert_null(mb_find(sim_mb(s, i), 6));
+    /* It restarts: a new incarnation, known again by everyone. */
+    sim_start(s, 5, 0);
+    sim_run_until(s, sim_now(s) + 10000000);
+    assert_int_equal(sim_disagree(s), 0);
+    for (int i = 0; i < 8; i++) assert_int_equal(mb_live(sim_mb(s, i)), 7);
+    sim_free(s);
+}
+
+static void test_leave_is_not_death(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(8, &t, 0);
+    sim_leave(s, 2); /* id 3 */
+    sim_run_until(s, sim_now(s) + 15000000);
+    assert_int_equal(t.left[3], 7);
+    assert_int_equal(t.dead[3], 0);
+    assert_int_equal(sim_disagree(s), 0);
+    sim_free(s);
+}
+
+/* Node 0 cannot reach node 1 at all (one direction): indirect probes
+ * through the others keep node 1 alive in everyone's view. */
+static void test_indirect_probe_saves_a_bad_link(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(8, &t, 0);
+    sim_slow_link(s, 0, 1, 0, 1.0);
+    sim_run_until(s, sim_now(s) + 120000000);
+    for (int id = 1; id <= 8; id++) assert_int_equal(t.dead[id], 0);
+    assert_int_equal(sim_disagree(s), 0);
+    sim_free(s);
+}
+
+/* A node paused 8 s comes back to a backlog of old acks: it must not
+ * accuse anyone, and (Lifeguard) its health score rises. */
+static void test_paused_node_accuses_nobody(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(8, &t, 0);
+    sim_pause(s, 4, 8000);
+    sim_run_until(s, sim_now(s) + 60000000);
+    for (int id = 1; id <= 8; id++)
+        if (id != 5) assert_int_equal(t.dead[id], 0);
+    assert_int_equal(sim_disagree(s), 0);
+    sim_free(s);
+}
+
+/* 10% loss on every link: no false death in 5 minutes. */
+static void test_lossy_network(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(16, &t, 0.10);
+    sim_run_until(s, sim_now(s) + 300000000);
+    for (int id = 1; id <= 16; id++) assert_int_equal(t.dead[id], 0);
+    sim_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_grows_and_shrinks),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_refutes_suspicion_of_itself),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_piggyback_bounded),
+        cmocka_unit_test(test_confirmations_shorten_suspicion),
+        cmocka_unit_test(test_join_and_metadata),
+        cmocka_unit_test(test_crash_detected_and_reaped),
+        cmocka_unit_test(test_leave_is_not_death),
+        cmocka_unit_test(test_indirect_probe_saves_a_bad_link),
+        cmocka_unit_test(test_paused_node_accuses_nobody),
+        cmocka_unit_test(test_lossy_network),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

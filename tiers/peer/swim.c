@@ -1,0 +1,999 @@
+/*
+ * swim.c -- embedded membership: SWIM with the Lifeguard refinements.
+ *
+ * Design. Each protocol period this node probes ONE member, taken from a
+ * shuffled round-robin of the live ones (every member is probed within
+ * two rounds, yet the choice is unpredictable): a Ping, and if no Ack
+ * comes within the probe timeout, PingReqs to k other members, who ping
+ * the target for us and relay its Ack -- or a Nack when it stays silent.
+ * No Ack by the end of the period makes the target SUSPECT; a suspicion
+ * not refuted within its timeout makes it DEAD. Load per node is one probe
+ * per period whatever the cluster size.
+ *
+ * Claims (alive / suspect / dead / left at an incarnation) spread as
+ * gossip piggybacked on every message, least-sent first, each sent
+ * retransmit_mult * log10(n+1) times, packed up to max_msg_bytes; extra
+ * gossip-only rounds run while the queue is not empty. Precedence follows
+ * SWIM: a higher incarnation wins; at equal incarnation dead/left beat
+ * suspect beat alive. Only a member raises its own incarnation: told it is
+ * suspect or dead, it refutes with alive at a higher one. Any message to a
+ * member this node holds suspect or dead carries that claim (the Lifeguard
+ * "buddy system"), so the member hears it at once and refutes.
+ *
+ * Lifeguard: (1) a local health score, raised when this node's own probes
+ * fail without the Nacks it expected, when it must refute, or when its own
+ * ticks ran late (it was paused or overloaded), lowered by each successful
+ * probe, multiplies the probe period and timeout -- a slow node slows down
+ * rather than accusing healthy ones; a probe whose deadlines this node
+ * itself missed is dropped, never turned into a suspicion. (2) Suspicion
+ * timeouts start at suspicion_max_mult times the minimum and shrink
+ * logarithmically towards the minimum as independent confirmations (other
+ * members' suspect claims) arrive. (3) Replies are judged by their RECEIVE
+ * time (mb_receive's rx_ms), so a backlog on this node is not a silence of
+ * the peer.
+ *
+ * Push-pull: every sync_ms (scaled up beyond 32 members) the whole table is
+ * exchanged with one random live member; a dead claim received this way
+ * only makes the member suspect, so a healed partition converges by
+ * refutation instead of mutual killing. A random dead member is also sent
+ * a sync now and then: that is how partitions heal. Join = a sync to the
+ * seeds, repeated until some table arrives (gossip alone is not enough: a
+ * restarted node is pinged by members that knew its previous life).
+ * Leave = a left claim gossiped to several members at once. Dead and left
+ * members are reaped after reap_ms.
+ *
+ * Invariants: m->be is a struct susp exactly while m->state == MB_SUSPECT
+ * (through set_state()); the gossip queue holds at most one claim per id.
+ */
+#include "swim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvtier.pb-c.h"
+
+#define SW_CONFIRM_MAX 8     /* confirmers remembered per suspicion */
+#define SW_RELAYS 64         /* ping-reqs relayed at once for others */
+#define SW_LATE_MS_MIN 250   /* a tick this late means this node stalled */
+
+struct susp {
+    uint64_t start_ms, deadline_ms;
+    uint32_t n;                       /* confirmations, the first excluded */
+    uint32_t who[SW_CONFIRM_MAX];
+};
+
+struct claim {
+    uint32_t id, from, tx, mark;
+    int state;
+    uint64_t inc;
+    char addr[MB_ADDR_MAX];
+    uint8_t *meta;
+    size_t meta_len;
+    size_t size;                      /* packed, with field overhead */
+};
+
+struct relay {
+    int used;
+    uint32_t seq, origin_seq;
+    uint64_t deadline_ms;
+    char origin[MB_ADDR_MAX];
+};
+
+struct probe {
+    int active, acked, req_sent;
+    uint32_t target, seq, nacks, expect;
+    uint64_t start_ms, req_at_ms, end_ms;
+};
+
+struct swim {
+    uint32_t seq, msgno;
+    struct probe pr;
+    uint32_t *order;                  /* shuffled ids to probe */
+    size_t norder, pos, ordcap;
+    struct claim *q;                  /* gossip queue */
+    size_t nq, qcap;
+    struct relay rel[SW_RELAYS];
+    uint32_t *susp;                   /* ids now SUSPECT */
+    size_t nsusp, suspcap;
+    char **seeds;
+    size_t nseeds;
+    uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
+    uint32_t health;
+    int synced;                       /* a table arrived: joined */
+};
+
+static void *xalloc(void *p, size_t sz)
+{
+    void *q = realloc(p, sz ? sz : 1);
+    if (!q) { /* control-plane allocation */
+        fprintf(stderr, "swim: out of memory\n");
+        abort();
+    }
+    return q;
+}
+
+static struct swim *SW(struct mb *mb) { return mb_backend(mb); }
+
+static uint64_t n_cluster(struct mb *mb) { return (uint64_t)mb_live(mb) + 1; }
+
+static double log10n(struct mb *mb)
+{
+    double l = log10((double)n_cluster(mb) + 1);
+    return l < 1 ? 1 : l;
+}
+
+static uint32_t retransmits(struct mb *mb)
+{
+    return (uint32_t)ceil(mb_cfg(mb)->retransmit_mult * log10n(mb));
+}
+
+static uint64_t scaled(struct mb *mb, uint32_t ms)
+{
+    return (uint64_t)ms * (SW(mb)->health + 1);
+}
+
+static void health_add(struct mb *mb, int d)
+{
+    struct swim *sw = SW(mb);
+    int h = (int)sw->health + d, max = (int)mb_cfg(mb)->awareness_max - 1;
+    sw->health = (uint32_t)(h < 0 ? 0 : h > max ? max : h);
+    mb_stats_mut(mb)->health = sw->health;
+}
+
+/* ---------------------------------------------------------- suspicions */
+
+static void susp_list_del(struct swim *sw, uint32_t id)
+{
+    for (size_t i = 0; i < sw->nsusp; i++)
+        if (sw->susp[i] == id) {
+            sw->susp[i] = sw->susp[--sw->nsusp];
+            return;
+        }
+}
+
+/* Lifeguard: max timeout with no confirmation, shrinking as log(c+1) /
+ * log(k+1) towards the minimum at k confirmations. */
+static void susp_deadline(struct mb *mb, struct susp *s)
+{
+    const struct mb_config *c = mb_cfg(mb);
+    double min = c->suspicion_mult * log10n(mb) * c->probe_ms;
+    double max = min * c->suspicion_max_mult;
+    uint64_t n = n_cluster(mb);
+    double k = n > 2 ? (double)(n - 2 < c->indirect_k ? n - 2 : c->indirect_k) : 0;
+    double t = min;
+    if (k >= 1) {
+        t = max - (log((double)s->n + 1) / log(k + 1)) * (max - min);
+        if (t < min) t = min;
+    }
+    s->deadline_ms = s->start_ms + (uint64_t)t;
+}
+
+/* The only way a member's state moves here: keeps m->be and the suspect
+ * list in step with the state. */
+static void set_state(struct mb *mb, struct mb_member *m, enum mb_state st, uint64_t inc,
+                      uint32_t from)
+{
+    struct swim *sw = SW(mb);
+    if (m->state == MB_SUSPECT && st != MB_SUSPECT) {
+        free(m->be);
+        m->be = NULL;
+        susp_list_del(sw, m->id);
+    }
+    if (st == MB_SUSPECT && m->state != MB_SUSPECT) {
+        struct susp *s = xalloc(NULL, sizeof *s);
+        memset(s, 0, sizeof *s);
+        s->start_ms = mb_now(mb);
+        s->who[0] = from;
+        m->be = s;
+        susp_deadline(mb, s);
+        if (sw->nsusp == sw->suspcap) {
+            sw->suspcap = sw->suspcap ? 2 * sw->suspcap : 16;
+            sw->susp = xalloc(sw->susp, sw->suspcap * sizeof *sw->susp);
+        }
+        sw->susp[sw->nsusp++] = m->id;
+    }
+    mb_set_state(mb, m, st, inc);
+}
+
+/* Another member's suspect claim about m at its incarnation: 1 if it is a
+ * new, independent confirmation (the timeout shrinks). */
+static int confirm(struct mb *mb, struct mb_member *m, uint32_t from)
+{
+    struct susp *s = m->be;
+    uint32_t have = s->n + 1 < SW_CONFIRM_MAX ? s->n + 1 : SW_CONFIRM_MAX;
+    if (!from) return 0; /* not an independent observation (see merge) */
+    for (uint32_t i = 0; i < have; i++)
+        if (s->who[i] == from) return 0;
+    if (have == SW_CONFIRM_MAX) return 0;
+    s->who[have] = from;
+    s->n++;
+    susp_deadline(mb, s);
+    return 1;
+}
+
+/* -------------------------------------------------------- gossip queue */
+
+static void claim_free(struct claim *c)
+{
+    free(c->meta);
+    c->meta = NULL;
+}
+
+static size_t claim_size(const struct claim *c)
+{
+    Kvtier__SwimMember sm = KVTIER__SWIM_MEMBER__INIT;
+    sm.id = c->id;
+    sm.incarnation = c->inc;
+    sm.state = (Kvtier__SwimState)c->state;
+    sm.addr = (char *)c->addr;
+    sm.meta = (ProtobufCBinaryData){c->meta_len, c->meta};
+    sm.from = c->from;
+    return kvtier__swim_member__get_packed_size(&sm) + 3; /* tag + length */
+}
+
+/* Queue a claim, replacing any older one about the same member. */
+static void enqueue(struct mb *mb, uint32_t id, int state, uint64_t inc, const char *addr,
+                    const void *meta, size_t meta_len, uint32_t from)
+{
+    struct swim *sw = SW(mb);
+    struct claim *c = NULL;
+    for (size_t i = 0; i < sw->nq && !c; i++)
+        if (sw->q[i].id == id) c = &sw->q[i];
+    if (!c) {
+        if (sw->nq == sw->qcap) {
+            sw->qcap = sw->qcap ? 2 * sw->qcap : 16;
+            sw->q = xalloc(sw->q, sw->qcap * sizeof *sw->q);
+        }
+        c = &sw->q[sw->nq++];
+        c->meta = NULL;
+    }
+    claim_free(c);
+    c->id = id;
+    c->state = state;
+    c->inc = inc;
+    c->from = from;
+    c->tx = 0;
+    c->mark = 0;
+    snprintf(c->addr, sizeof c->addr, "%s", state == MB_ALIVE && addr ? addr : "");
+    c->meta_len = state == MB_ALIVE ? meta_len : 0;
+    if (c->meta_len) {
+        c->meta = xalloc(NULL, meta_len);
+        memcpy(c->meta, meta, meta_len);
+    }
+    c->size = claim_size(c);
+}
+
+static void enqueue_member(struct mb *mb, const struct mb_member *m, uint32_t from)
+{
+    enqueue(mb, m->id, m->state, m->inc, m->addr, m->meta, m->meta_len, from);
+}
+
+static void fill_claim(Kvtier__SwimMember *sm, const struct claim *c)
+{
+    kvtier__swim_member__init(sm);
+    sm->id = c->id;
+    sm->incarnation = c->inc;
+    sm->state = (Kvtier__SwimState)c->state;
+    sm->addr = (char *)c->addr;
+    sm->meta = (ProtobufCBinaryData){c->meta_len, c->meta};
+    sm->from = c->from;
+}
+
+/* ------------------------------------------------------------- sending */
+
+/* Pack msg with as much gossip as fits and send it. `about`: a member
+ * this node holds suspect/dead gets that claim first (buddy system). */
+static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum mb_msg t,
+                     const struct mb_member *about)
+{
+    struct swim *sw = SW(mb);
+    const struct mb_config *cfg = mb_cfg(mb);
+    msg->from = mb_self(mb)->id;
+    msg->from_addr = (char *)mb_self(mb)->addr;
+    size_t room = kvtier__swim_msg__get_packed_size(msg);
+    room = room < cfg->max_msg_bytes ? cfg->max_msg_bytes - room : 0;
+    size_t cap = sw->nq + 1, n = 0;
+    Kvtier__SwimMember *sm = xalloc(NULL, cap * sizeof *sm);
+    Kvtier__SwimMember **sp = xalloc(NULL, cap * sizeof *sp);
+    struct claim buddy = {0};
+    if (about && (about->state == MB_SUSPECT || about->state == MB_DEAD)) {
+        buddy.id = about->id;
+        buddy.state = about->state;
+        buddy.inc = about->inc;
+        buddy.from = mb_self(mb)->id;
+        buddy.size = claim_size(&buddy);
+        if (buddy.size <= room) {
+            fill_claim(&sm[n], &buddy);
+            sp[n] = &sm[n];
+            n++;
+            room -= buddy.size;
+        }
+    }
+    /* Least-sent first, level by level: no sort (the queue holds one
+     * claim per changed member, thousands while a fleet starts). */
+    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+    for (uint32_t lvl = 0; lvl < lim && room > 8; lvl++)
+        for (size_t i = 0; i < sw->nq && room > 8; i++) {
+            struct claim *c = &sw->q[i];
+            if (c->tx != lvl || c->mark == mark || c->size > room ||
+                (buddy.size && c->id == buddy.id))
+                continue;
+            fill_claim(&sm[n], c);
+            sp[n] = &sm[n];
+            n++;
+            room -= c->size;
+            c->tx++;
+            c->mark = mark;
+        }
+    msg->n_gossip = n;
+    msg->gossip = sp;
+    size_t len = kvtier__swim_msg__get_packed_size(msg);
+    uint8_t *buf = xalloc(NULL, len);
+    kvtier__swim_msg__pack(msg, buf);
+    mb_send(mb, addr, buf, len, t);
+    free(buf);
+    free(sm);
+    free(sp);
+    msg->n_gossip = 0;
+    msg->gossip = NULL;
+    /* Drop claims sent often enough. */
+    for (size_t i = 0; i < sw->nq;)
+        if (sw->q[i].tx >= lim) {
+            claim_free(&sw->q[i]);
+            sw->q[i] = sw->q[--sw->nq];
+        } else {
+            i++;
+        }
+}
+
+static void send_ping(struct mb *mb, const char *addr, uint32_t target, uint32_t seq,
+                      const struct mb_member *about)
+{
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimPing p = KVTIER__SWIM_PING__INIT;
+    p.target = target;
+    p.seq = seq;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_PING;
+    msg.ping = &p;
+    send_msg(mb, addr, &msg, MB_MSG_PING, about);
+}
+
+static void send_ack(struct mb *mb, const char *addr, uint32_t seq, int nack,
+                     const struct mb_member *about)
+{
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimAck a = KVTIER__SWIM_ACK__INIT;
+    Kvtier__SwimNack na = KVTIER__SWIM_NACK__INIT;
+    if (nack) {
+        na.seq = seq;
+        msg.body_case = KVTIER__SWIM_MSG__BODY_NACK;
+        msg.nack = &na;
+    } else {
+        a.seq = seq;
+        msg.body_case = KVTIER__SWIM_MSG__BODY_ACK;
+        msg.ack = &a;
+    }
+    send_msg(mb, addr, &msg, nack ? MB_MSG_NACK : MB_MSG_ACK, about);
+}
+
+static void send_gossip(struct mb *mb, const struct mb_member *to)
+{
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
+    msg.gossip_only = &g;
+    send_msg(mb, to->addr, &msg, MB_MSG_GOSSIP, to);
+}
+
+static void member_claim(Kvtier__SwimMember *sm, const struct mb_member *m, uint32_t self)
+{
+    kvtier__swim_member__init(sm);
+    sm->id = m->id;
+    sm->incarnation = m->inc;
+    sm->state = (Kvtier__SwimState)m->state;
+    sm->addr = (char *)m->addr;
+    sm->meta = (ProtobufCBinaryData){m->meta_len, m->meta};
+    sm->from = self;
+}
+
+/* The whole table, self first. Not bounded by max_msg_bytes: the one
+ * message the transport must carry whole at any size. */
+static void send_sync(struct mb *mb, const char *addr, int reply, int join)
+{
+    size_t n = mb_count(mb) + 1;
+    Kvtier__SwimMember *sm = xalloc(NULL, n * sizeof *sm);
+    Kvtier__SwimMember **sp = xalloc(NULL, n * sizeof *sp);
+    uint32_t self = mb_self(mb)->id;
+    member_claim(&sm[0], mb_self(mb), self);
+    for (size_t i = 1; i < n; i++) member_claim(&sm[i], mb_at(mb, i - 1), self);
+    for (size_t i = 0; i < n; i++) sp[i] = &sm[i];
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimSync s = KVTIER__SWIM_SYNC__INIT;
+    s.reply = reply != 0;
+    s.join = join != 0;
+    s.n_members = n;
+    s.members = sp;
+    msg.from = self;
+    msg.from_addr = (char *)mb_self(mb)->addr;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_SYNC;
+    msg.sync = &s;
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = xalloc(NULL, len);
+    kvtier__swim_msg__pack(&msg, buf);
+    mb_send(mb, addr, buf, len, MB_MSG_SYNC);
+    free(buf);
+    free(sm);
+    free(sp);
+}
+
+/* ------------------------------------------------------------- merging */
+
+static void refute(struct mb *mb, uint64_t claimed_inc)
+{
+    struct mb_member *self = mb_self(mb);
+    mb_set_state(mb, self, MB_ALIVE, claimed_inc + 1);
+    mb_stats_mut(mb)->refutations++;
+    health_add(mb, 1);
+    enqueue_member(mb, self, self->id);
+}
+
+/* Someone still holds an older suspicion or death of this node: queue
+ * the current alive claim again (once) so it spreads to them. */
+static void reassert(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    struct mb_member *self = mb_self(mb);
+    for (size_t i = 0; i < sw->nq; i++)
+        if (sw->q[i].id == self->id && sw->q[i].inc == self->inc && sw->q[i].tx == 0) return;
+    enqueue_member(mb, self, self->id);
+}
+
+static void merge_alive(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
+{
+    if (!c->addr[0]) {
+        mb_count_bad(mb);
+        return;
+    }
+    if (!m) {
+        m = mb_add(mb, c->id, c->addr, c->meta.data, c->meta.len, c->incarnation, MB_ALIVE);
+        if (m) enqueue_member(mb, m, c->from);
+        return;
+    }
+    if (c->incarnation <= m->inc) return;
+    if (c->addr[0]) mb_update(mb, m, c->addr, c->meta.data, c->meta.len);
+    set_state(mb, m, MB_ALIVE, c->incarnation, 0);
+    enqueue_member(mb, m, c->from);
+}
+
+static void merge_suspect(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
+{
+    if (!m || c->incarnation < m->inc || m->state == MB_DEAD || m->state == MB_LEFT) return;
+    if (m->state == MB_SUSPECT && c->incarnation == m->inc) {
+        if (confirm(mb, m, c->from))
+            enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
+        return;
+    }
+    if (m->state == MB_SUSPECT) set_state(mb, m, MB_ALIVE, m->inc, 0); /* restart it */
+    set_state(mb, m, MB_SUSPECT, c->incarnation, c->from);
+    enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
+}
+
+static void merge_down(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
+{
+    if (!m || c->incarnation < m->inc || m->state == MB_DEAD || m->state == MB_LEFT) return;
+    set_state(mb, m, (enum mb_state)c->state, c->incarnation, c->from);
+    enqueue(mb, m->id, c->state, m->inc, NULL, NULL, 0, c->from);
+}
+
+/* Apply one claim. From a sync, a dead claim only makes the member
+ * suspect: it must get the chance to refute. */
+static void merge(struct mb *mb, const Kvtier__SwimMember *c, int from_sync)
+{
+    struct mb_member *self = mb_self(mb);
+    int st = c->state;
+    if (c->id == 0 || (unsigned)st >= MB_NSTATES) {
+        mb_count_bad(mb);
+        return;
+    }
+    if (c->id == self->id) {
+        if (st != MB_ALIVE ? c->incarnation >= self->inc : c->incarnation > self->inc)
+            refute(mb, c->incarnation);
+        else if (st != MB_ALIVE) /* an old suspicion still about: restate */
+            reassert(mb);
+        return;
+    }
+    struct mb_member *m = mb_find(mb, c->id);
+    Kvtier__SwimMember conv;
+    if (from_sync && st == MB_DEAD) {
+        /* Hearsay from a table, maybe from across a healed partition: a
+         * suspicion that confirms nothing, so the member has the longest
+         * timeout to refute it. */
+        conv = *c;
+        conv.from = 0;
+        c = &conv;
+        st = MB_SUSPECT;
+    }
+    switch (st) {
+    case MB_ALIVE: merge_alive(mb, m, c); break;
+    case MB_SUSPECT: merge_suspect(mb, m, c); break;
+    default: merge_down(mb, m, c); break;
+    }
+}
+
+/* ------------------------------------------------------------- probing */
+
+static int probeable(const struct mb_member *m)
+{
+    return m && (m->state == MB_ALIVE || m->state == MB_SUSPECT);
+}
+
+/* Up to k distinct members other than `not`, picked at random: alive
+ * ones, or also suspect ones (gossip: they must hear it to refute). */
+static size_t pick_in(struct mb *mb, struct mb_member **out, size_t k, uint32_t not,
+                      int suspects)
+{
+    size_t n = mb_count(mb), got = 0;
+    if (!n) return 0;
+    for (size_t tries = 0; got < k && tries < 4 * k + 8; tries++) {
+        struct mb_member *m = mb_at(mb, mb_rand(mb) % n);
+        if (!(m->state == MB_ALIVE || (suspects && m->state == MB_SUSPECT)) || m->id == not)
+            continue;
+        size_t j = 0;
+        while (j < got && out[j] != m) j++;
+        if (j == got) out[got++] = m;
+    }
+    return got;
+}
+
+static size_t pick(struct mb *mb, struct mb_member **out, size_t k, uint32_t not)
+{
+    return pick_in(mb, out, k, not, 0);
+}
+
+static void reshuffle(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    size_t n = mb_count(mb);
+    if (n > sw->ordcap) {
+        sw->ordcap = n;
+        sw->order = xalloc(sw->order, n * sizeof *sw->order);
+    }
+    sw->norder = 0;
+    for (size_t i = 0; i < n; i++)
+        if (probeable(mb_at(mb, i))) sw->order[sw->norder++] = mb_at(mb, i)->id;
+    for (size_t i = sw->norder; i > 1; i--) { /* Fisher-Yates */
+        size_t j = mb_rand(mb) % i;
+        uint32_t t = sw->order[i - 1];
+        sw->order[i - 1] = sw->order[j];
+        sw->order[j] = t;
+    }
+    sw->pos = 0;
+}
+
+static struct mb_member *next_target(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    for (int round = 0; round < 2; round++) {
+        while (sw->pos < sw->norder) {
+            struct mb_member *m = mb_find(mb, sw->order[sw->pos++]);
+            if (probeable(m) && m != mb_self(mb)) return m;
+        }
+        reshuffle(mb);
+    }
+    return NULL;
+}
+
+static void probe_start(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    const struct mb_config *c = mb_cfg(mb);
+    struct mb_member *m = next_target(mb);
+    if (!m) return;
+    struct probe *p = &sw->pr;
+    memset(p, 0, sizeof *p);
+    p->active = 1;
+    p->target = m->id;
+    p->seq = ++sw->seq;
+    p->start_ms = now;
+    p->req_at_ms = now + scaled(mb, c->probe_timeout_ms);
+    p->end_ms = now + scaled(mb, c->probe_ms);
+    mb_stats_mut(mb)->probes++;
+    send_ping(mb, m->addr, m->id, p->seq, m);
+}
+
+static void probe_indirect(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    struct probe *p = &sw->pr;
+    struct mb_member *t = mb_find(mb, p->target), *via[16];
+    p->req_sent = 1;
+    if (!probeable(t)) return;
+    uint32_t k = mb_cfg(mb)->indirect_k < 16 ? mb_cfg(mb)->indirect_k : 16;
+    size_t n = pick(mb, via, k, t->id);
+    for (size_t i = 0; i < n; i++) {
+        Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+        Kvtier__SwimPingReq r = KVTIER__SWIM_PING_REQ__INIT;
+        r.target = t->id;
+        r.target_addr = t->addr;
+        r.seq = p->seq;
+        msg.body_case = KVTIER__SWIM_MSG__BODY_PING_REQ;
+        msg.ping_req = &r;
+        send_msg(mb, via[i]->addr, &msg, MB_MSG_PING_REQ, via[i]);
+    }
+    p->expect = (uint32_t)n;
+}
+
+/* The period is over and no ack came: suspect the target. Missing nacks
+ * mean the trouble may be ours: health worsens instead. */
+static void probe_fail(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    struct probe *p = &sw->pr;
+    struct mb_member *t = mb_find(mb, p->target);
+    mb_stats_mut(mb)->probes_failed++;
+    if (p->expect > p->nacks) health_add(mb, (int)(p->expect - p->nacks));
+    if (t && t->state == MB_SUSPECT && t->be) { /* an independent confirmation */
+        if (confirm(mb, t, mb_self(mb)->id))
+            enqueue(mb, t->id, MB_SUSPECT, t->inc, NULL, NULL, 0, mb_self(mb)->id);
+        return;
+    }
+    if (!t || t->state != MB_ALIVE) return;
+    mb_stats_mut(mb)->suspicions++;
+    set_state(mb, t, MB_SUSPECT, t->inc, mb_self(mb)->id);
+    enqueue(mb, t->id, MB_SUSPECT, t->inc, NULL, NULL, 0, mb_self(mb)->id);
+}
+
+static void probe_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    struct probe *p = &sw->pr;
+    if (p->active && !p->acked && !p->req_sent && now >= p->req_at_ms) probe_indirect(mb);
+    if (p->active && now >= p->end_ms) {
+        p->active = 0;
+        if (!p->acked) probe_fail(mb);
+    }
+    if (now >= sw->next_probe) {
+        sw->next_probe = now + scaled(mb, mb_cfg(mb)->probe_ms);
+        if (!p->active) probe_start(mb, now);
+    }
+}
+
+/* ------------------------------------------------------------ handlers */
+
+static void on_ping(struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    if (msg->ping->target != mb_self(mb)->id) return; /* meant for a previous occupant */
+    send_ack(mb, msg->from_addr, msg->ping->seq, 0, mb_find(mb, msg->from));
+}
+
+static void on_ping_req(struct mb *mb, const Kvtier__SwimMsg *msg, uint64_t rx)
+{
+    struct swim *sw = SW(mb);
+    const Kvtier__SwimPingReq *r = msg->ping_req;
+    if (strlen(r->target_addr) >= MB_ADDR_MAX || !r->target_addr[0]) {
+        mb_count_bad(mb);
+        return;
+    }
+    struct relay *rl = &sw->rel[0];
+    for (size_t i = 0; i < SW_RELAYS; i++) { /* a free slot, else the oldest */
+        if (!sw->rel[i].used) {
+            rl = &sw->rel[i];
+            break;
+        }
+        if (sw->rel[i].deadline_ms < rl->deadline_ms) rl = &sw->rel[i];
+    }
+    rl->used = 1;
+    rl->seq = ++sw->seq;
+    rl->origin_seq = r->seq;
+    rl->deadline_ms = rx + mb_cfg(mb)->probe_timeout_ms;
+    snprintf(rl->origin, sizeof rl->origin, "%s", msg->from_addr);
+    send_ping(mb, r->target_addr, r->target, rl->seq, mb_find(mb, r->target));
+}
+
+static void on_ack(struct mb *mb, uint32_t seq, uint64_t rx, int nack)
+{
+    struct swim *sw = SW(mb);
+    struct probe *p = &sw->pr;
+    if (p->active && seq == p->seq && rx <= p->end_ms) {
+        if (nack) {
+            p->nacks++;
+            return;
+        }
+        if (!p->acked) health_add(mb, -1);
+        p->acked = 1;
+        p->active = 0; /* done: no timer of it may keep ticking */
+        return;
+    }
+    if (nack) return;
+    for (size_t i = 0; i < SW_RELAYS; i++) {
+        struct relay *rl = &sw->rel[i];
+        if (rl->used && rl->seq == seq) {
+            rl->used = 0;
+            send_ack(mb, rl->origin, rl->origin_seq, 0, NULL);
+            return;
+        }
+    }
+}
+
+static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    const Kvtier__SwimSync *s = msg->sync;
+    if (!s->reply) SW(mb)->synced = 1; /* an answer: someone has our table */
+    for (size_t i = 0; i < s->n_members; i++) merge(mb, s->members[i], 1);
+    if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
+}
+
+static enum mb_msg msg_type(const Kvtier__SwimMsg *msg)
+{
+    switch (msg->body_case) {
+    case KVTIER__SWIM_MSG__BODY_PING: return MB_MSG_PING;
+    case KVTIER__SWIM_MSG__BODY_PING_REQ: return MB_MSG_PING_REQ;
+    case KVTIER__SWIM_MSG__BODY_ACK: return MB_MSG_ACK;
+    case KVTIER__SWIM_MSG__BODY_NACK: return MB_MSG_NACK;
+    case KVTIER__SWIM_MSG__BODY_SYNC: return MB_MSG_SYNC;
+    default: return MB_MSG_GOSSIP;
+    }
+}
+
+static int well_formed(const struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    if (!msg->from || msg->from == mb_self(mb)->id) return 0;
+    if (!msg->from_addr[0] || strlen(msg->from_addr) >= MB_ADDR_MAX) return 0;
+    for (size_t i = 0; i < msg->n_gossip; i++)
+        if (strlen(msg->gossip[i]->addr) >= MB_ADDR_MAX || msg->gossip[i]->meta.len > MB_META_MAX)
+            return 0;
+    if (msg->body_case == KVTIER__SWIM_MSG__BODY_SYNC)
+        for (size_t i = 0; i < msg->sync->n_members; i++)
+            if (strlen(msg->sync->members[i]->addr) >= MB_ADDR_MAX ||
+                msg->sync->members[i]->meta.len > MB_META_MAX)
+                return 0;
+    return msg->body_case != KVTIER__SWIM_MSG__BODY__NOT_SET;
+}
+
+static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
+{
+    Kvtier__SwimMsg *msg = kvtier__swim_msg__unpack(NULL, len, buf);
+    if (!msg || !well_formed(mb, msg)) {
+        mb_count_bad(mb);
+        if (msg) kvtier__swim_msg__free_unpacked(msg, NULL);
+        return;
+    }
+    mb_count_rx(mb, msg_type(msg), len);
+    for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
+    switch (msg->body_case) {
+    case KVTIER__SWIM_MSG__BODY_PING: on_ping(mb, msg); break;
+    case KVTIER__SWIM_MSG__BODY_PING_REQ: on_ping_req(mb, msg, rx); break;
+    case KVTIER__SWIM_MSG__BODY_ACK: on_ack(mb, msg->ack->seq, rx, 0); break;
+    case KVTIER__SWIM_MSG__BODY_NACK: on_ack(mb, msg->nack->seq, rx, 1); break;
+    case KVTIER__SWIM_MSG__BODY_SYNC: on_sync(mb, msg); break;
+    default: break;
+    }
+    kvtier__swim_msg__free_unpacked(msg, NULL);
+}
+
+/* --------------------------------------------------------------- timers */
+
+static void relay_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    for (size_t i = 0; i < SW_RELAYS; i++) {
+        struct relay *rl = &sw->rel[i];
+        if (rl->used && now >= rl->deadline_ms) {
+            rl->used = 0;
+            send_ack(mb, rl->origin, rl->origin_seq, 1, NULL);
+        }
+    }
+}
+
+static void susp_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    for (size_t i = 0; i < sw->nsusp;) {
+        struct mb_member *m = mb_find(mb, sw->susp[i]);
+        struct susp *s = m ? m->be : NULL;
+        if (s && now >= s->deadline_ms) {
+            set_state(mb, m, MB_DEAD, m->inc, mb_self(mb)->id); /* removes susp[i] */
+            enqueue(mb, m->id, MB_DEAD, m->inc, NULL, NULL, 0, mb_self(mb)->id);
+            continue;
+        }
+        if (!s) sw->susp[i] = sw->susp[--sw->nsusp];
+        else i++;
+    }
+}
+
+static void gossip_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    const struct mb_config *c = mb_cfg(mb);
+    if (c->gossip_ms == UINT32_MAX || now < sw->next_gossip) return;
+    /* Advanced even when idle: next_tick never shows a stale time. */
+    sw->next_gossip = now + c->gossip_ms;
+    struct mb_member *to[16];
+    size_t n = sw->nq ? pick_in(mb, to, c->gossip_nodes < 16 ? c->gossip_nodes : 16, 0, 1) : 0;
+    for (size_t i = 0; i < n && sw->nq; i++) send_gossip(mb, to[i]);
+}
+
+/* memberlist's scaling: the push-pull interval grows with log2(n) past 32
+ * members, so its cost per node stays flat. */
+static uint64_t sync_interval(struct mb *mb)
+{
+    uint64_t n = n_cluster(mb), ms = mb_cfg(mb)->sync_ms;
+    if (n <= 32) return ms;
+    return ms * (uint64_t)(ceil(log2((double)n) - log2(32.0)) + 1);
+}
+
+static struct mb_member *random_in(struct mb *mb, enum mb_state st)
+{
+    size_t n = mb_count(mb);
+    for (int tries = 0; n && tries < 32; tries++) {
+        struct mb_member *m = mb_at(mb, mb_rand(mb) % n);
+        if (m->state == st) return m;
+    }
+    return NULL;
+}
+
+static void sync_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    const struct mb_config *c = mb_cfg(mb);
+    if (now >= sw->next_sync) {
+        sw->next_sync = now + sync_interval(mb);
+        struct mb_member *m = random_in(mb, MB_ALIVE);
+        if (m) send_sync(mb, m->addr, 1, 0);
+    }
+    if (now >= sw->next_reconnect) { /* how a partition heals */
+        sw->next_reconnect = now + 10ull * c->probe_ms;
+        struct mb_member *m = random_in(mb, MB_DEAD);
+        if (m) send_sync(mb, m->addr, 1, 0);
+    }
+    if (sw->nseeds && !sw->synced && now >= sw->next_join) {
+        sw->next_join = now + 2ull * c->probe_ms;
+        for (size_t i = 0; i < sw->nseeds; i++) send_sync(mb, sw->seeds[i], 1, 1);
+    }
+}
+
+static void reap_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    if (now < sw->next_reap) return;
+    sw->next_reap = now + 1000;
+    uint64_t keep = mb_cfg(mb)->reap_ms;
+    for (size_t i = 0; i < mb_count(mb);) {
+        struct mb_member *m = mb_at(mb, i);
+        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
+            mb_remove(mb, m); /* the last one moved into slot i */
+        else
+            i++;
+    }
+}
+
+static void sw_tick(struct mb *mb, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    uint64_t late = mb_cfg(mb)->probe_ms / 2, due = sw->next_probe;
+    if (late < SW_LATE_MS_MIN) late = SW_LATE_MS_MIN;
+    if (sw->pr.active) { /* the probe's timers are the ones always kept */
+        uint64_t t = sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms;
+        if (t < due) due = t;
+    }
+    if (now > due + late && sw->pr.active) {
+        /* A timer overdue this much: this node stalled (paused, starved)
+         * and cannot judge the probe in flight. */
+        sw->pr.active = 0;
+        health_add(mb, 1);
+        sw->next_probe = now + scaled(mb, mb_cfg(mb)->probe_ms);
+    }
+    relay_tick(mb, now);
+    probe_tick(mb, now);
+    susp_tick(mb, now);
+    gossip_tick(mb, now);
+    sync_tick(mb, now);
+    reap_tick(mb, now);
+}
+
+static uint64_t sw_next_tick(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    uint64_t t = sw->next_probe < sw->next_reap ? sw->next_probe : sw->next_reap;
+#define LOWER(x) \
+    do { \
+        if ((x) < t) t = (x); \
+    } while (0)
+    if (sw->pr.active) LOWER(sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms);
+    if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
+    LOWER(sw->next_sync);
+    LOWER(sw->next_reconnect);
+    if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
+    for (size_t i = 0; i < SW_RELAYS; i++)
+        if (sw->rel[i].used) LOWER(sw->rel[i].deadline_ms);
+    for (size_t i = 0; i < sw->nsusp; i++) {
+        struct mb_member *m = mb_find(mb, sw->susp[i]);
+        if (m && m->be) LOWER(((struct susp *)m->be)->deadline_ms);
+    }
+#undef LOWER
+    return t;
+}
+
+/* ----------------------------------------------------------- lifecycle */
+
+static int sw_open(struct mb *mb)
+{
+    struct swim *sw = xalloc(NULL, sizeof *sw);
+    memset(sw, 0, sizeof *sw);
+    mb_set_backend(mb, sw);
+    uint64_t now = mb_now(mb);
+    const struct mb_config *c = mb_cfg(mb);
+    /* Spread the first probes of nodes started together. */
+    sw->next_probe = now + mb_rand(mb) % c->probe_ms;
+    sw->next_gossip = now + c->gossip_ms % 100000;
+    sw->next_sync = now + c->sync_ms / 2 + mb_rand(mb) % (c->sync_ms / 2 + 1);
+    sw->next_reconnect = now + 10ull * c->probe_ms;
+    sw->next_reap = now + 1000;
+    return 0;
+}
+
+static void sw_close(struct mb *mb)
+{
+    struct swim *sw = SW(mb);
+    if (!sw) return;
+    for (size_t i = 0; i < mb_count(mb); i++) {
+        free(mb_at(mb, i)->be);
+        mb_at(mb, i)->be = NULL;
+    }
+    for (size_t i = 0; i < sw->nq; i++) claim_free(&sw->q[i]);
+    for (size_t i = 0; i < sw->nseeds; i++) free(sw->seeds[i]);
+    free(sw->seeds);
+    free(sw->q);
+    free(sw->order);
+    free(sw->susp);
+    free(sw);
+}
+
+static int sw_join(struct mb *mb, const char *const *seeds, size_t n, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    for (size_t i = 0; i < n; i++) {
+        if (!seeds[i] || !seeds[i][0] || strlen(seeds[i]) >= MB_ADDR_MAX) return -1;
+        if (!strcmp(seeds[i], mb_self(mb)->addr)) continue;
+        sw->seeds = xalloc(sw->seeds, (sw->nseeds + 1) * sizeof *sw->seeds);
+        sw->seeds[sw->nseeds++] = strdup(seeds[i]);
+        if (!sw->seeds[sw->nseeds - 1]) abort();
+    }
+    sw->next_join = now; /* the next tick sends them */
+    return 0;
+}
+
+/* A left claim, pushed at once to several members; they gossip it on. */
+static int sw_leave(struct mb *mb, uint64_t now)
+{
+    (void)now;
+    struct mb_member *self = mb_self(mb), *to[16];
+    mb_set_state(mb, self, MB_ALIVE, self->inc + 1);
+    enqueue(mb, self->id, MB_LEFT, self->inc, NULL, NULL, 0, self->id);
+    uint32_t k = 2 * mb_cfg(mb)->gossip_nodes;
+    size_t n = pick(mb, to, k < 16 ? k : 16, 0);
+    for (size_t i = 0; i < n; i++) send_gossip(mb, to[i]);
+    return 0;
+}
+
+static void sw_meta_changed(struct mb *mb, uint64_t now)
+{
+    (void)now;
+    struct mb_member *self = mb_self(mb);
+    mb_set_state(mb, self, MB_ALIVE, self->inc + 1);
+    enqueue_member(mb, self, self->id);
+}
+
+const struct mb_ops swim_ops = {
+    .name = "swim",
+    .open = sw_open,
+    .close = sw_close,
+    .join = sw_join,
+    .tick = sw_tick,
+    .receive = sw_receive,
+    .leave = sw_leave,
+    .meta_changed = sw_meta_changed,
+    .next_tick = sw_next_tick,
+};
