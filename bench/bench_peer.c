@@ -24,8 +24,15 @@
  *     and its answer). Target: remote p99 <= local p99 + 2 bare round
  *     trips.
  *
+ *  3. The price of TLS on the control channel: the clusters above run
+ *     over TLS (tls+tcp, certificates made here with tests/lib/mkcerts.sh,
+ *     the default); a fourth, with cluster.insecure = 1 (plain tcp), runs
+ *     the 2 MiB remote GET and the LOOKUP again: TLS / insecure for each.
+ *     The chunk bytes travel over UCX either way; TLS carries the pins,
+ *     the index queries and their answers.
+ *
  * Needs ucx_perftest (ucx-utils) for the bandwidth baseline; without it
- * those lines say SKIPPED.
+ * those lines say SKIPPED. Needs the openssl CLI for the certificates.
  */
 #include "client_internal.h"
 #include "common.h"
@@ -46,11 +53,23 @@ struct node {
 
 static struct node nd[NODES];
 static int port0;
+static int insecure;   /* 1: cluster.insecure (plain tcp control channel) */
+static char certs[128]; /* tests/lib/mkcerts.sh output */
+
+static void make_certs(void)
+{
+    char cmd[256];
+    struct bench_child *c = bench_track(); /* removes the directory at exit */
+    bench_mkdtemp(certs, sizeof certs);
+    snprintf(c->dir, sizeof c->dir, "%s", certs);
+    snprintf(cmd, sizeof cmd, "bash tests/lib/mkcerts.sh '%s' %d", certs, NODES);
+    if (system(cmd) != 0) bench_die("tests/lib/mkcerts.sh failed (openssl CLI?)");
+}
 
 static void start_node(int i, const char *wakeup)
 {
     const char *bin = getenv("KVTIERD");
-    char exe[256], dir[128], pool[96], id[8];
+    char exe[256], dir[128], pool[96], id[8], ca[160], crt[160], key[160];
     struct bench_daemon *d = &nd[i].d;
     snprintf(exe, sizeof exe, "%s", bin && bin[0] ? bin : "build/bin/kvtierd");
     d->ch = bench_track();
@@ -60,15 +79,22 @@ static void start_node(int i, const char *wakeup)
     snprintf(d->ch->pool, sizeof d->ch->pool, "%s", pool);
     snprintf(d->ch->log, sizeof d->ch->log, "%s/kvtierd.log", dir);
     snprintf(d->url, sizeof d->url, "ipc://%s/kvtierd.sock", dir);
-    snprintf(nd[i].curl, sizeof nd[i].curl, "tcp://127.0.0.1:%d", port0 + i);
+    snprintf(nd[i].curl, sizeof nd[i].curl, "%s://127.0.0.1:%d",
+             insecure ? "tcp" : "tls+tcp", port0 + i);
     snprintf(id, sizeof id, "%d", i + 1);
+    snprintf(ca, sizeof ca, "%s/ca.crt", certs);
+    snprintf(crt, sizeof crt, "%s/node-%d.crt", certs, i + 1);
+    snprintf(key, sizeof key, "%s/node-%d.key", certs, i + 1);
     char *argv[] = {exe, "--socket", d->url, "--state-dir", dir, "--pool-path", pool,
                     "--pool-bytes", "1536M", "--log-level", "warn",
                     "--metrics.listen", "", "--cluster.node_id", id,
                     "--cluster.listen", nd[i].curl, "--cluster.seeds",
                     i ? nd[0].curl : "", "--cluster.replicas", "1",
+                    "--nvme.get_deadline_ms", "60000", /* bandwidth, not deadlines */
                     "--cluster.heartbeat_ms", "200", "--cluster.ucx_wakeup",
-                    (char *)wakeup, NULL};
+                    (char *)wakeup, "--cluster.tls_ca", ca, "--cluster.tls_cert", crt,
+                    "--cluster.tls_key", key, insecure ? "--cluster.insecure" : NULL,
+                    "1", NULL};
     d->ch->pid = bench_spawn(exe, argv, d->ch->log);
     nd[i].c = bench_daemon_connect(d);
     kvt_set_timeout(nd[i].c, 60000);
@@ -202,7 +228,9 @@ static double perftest(const char *tls, size_t size, size_t iters)
     return bw;
 }
 
-static void bandwidth(const char *tls, size_t size, uint64_t seed)
+/* Remote GET bandwidth of size-byte chunks (MiB/s, best of ROUNDS);
+ * against ucx_perftest when base is set. */
+static double bandwidth(const char *tls, size_t size, uint64_t seed, int base_too)
 {
     char name[32];
     size_t n = TOTAL / size;
@@ -212,19 +240,21 @@ static void bandwidth(const char *tls, size_t size, uint64_t seed)
     int have_base = 1;
     for (int r = 0; r < ROUNDS; r++) {
         double k = get_round(seed, n, size);
-        double b = perftest(tls, size, n);
+        double b = base_too ? perftest(tls, size, n) : -1;
         kv = k > kv ? k : kv;
         if (b < 0) have_base = 0;
         base = b > base ? b : base;
     }
     bench_size_name(size, name, sizeof name);
+    if (!base_too) return kv;
     if (!have_base) {
         printf("remote GET %-6s %-7s %8.0f MiB/s   ucx_perftest SKIPPED\n", name, tls, kv);
-        return;
+        return kv;
     }
     printf("remote GET %-6s %-7s %8.0f MiB/s   ucx_perftest get %8.0f MiB/s   ratio %.2f "
            "(target >= 0.80: %s)\n", name, tls, kv, base, kv / base,
            bench_verdict(kv >= 0.8 * base));
+    return kv;
 }
 
 /* ------------------------------------------------------------ lookup -- */
@@ -261,9 +291,10 @@ static double nng_p99(void)
     return bench_quantile(v, LK_ITERS, 0.99);
 }
 
-static void lookup_latency(void)
+/* LOOKUP p99 remote (asked on node 3); with report set, printed against
+ * local and a bare nng round trip. */
+static double lookup_latency(uint64_t seed, int report)
 {
-    const uint64_t seed = 99;
     put_chunks(0, seed, LK_KEYS, 4096);
     wait_found(2, seed, LK_KEYS);
     double local = 0, remote = 0;
@@ -272,11 +303,28 @@ static void lookup_latency(void)
         local = r == 0 || l < local ? l : local;
         remote = r == 0 || m < remote ? m : remote;
     }
+    if (!report) return remote;
     double rt = nng_p99();
     printf("LOOKUP %d keys p99: remote %.0f us, local %.0f us, bare nng tcp round trip "
            "%.0f us; remote - local = %.1f round trips (target <= 2: %s)\n", LK_KEYS,
            remote, local, rt, (remote - local) / rt,
            bench_verdict(remote <= local + 2 * rt));
+    return remote;
+}
+
+/* Figure 3: the 2 MiB GET and the LOOKUP again on an insecure cluster. */
+static void tls_price(double get_tls, double lookup_tls)
+{
+    insecure = 1;
+    start_cluster("tcp", "1");
+    double get_plain = bandwidth("tcp", 2u << 20, 3000, 0);
+    double lookup_plain = lookup_latency(98, 0);
+    stop_cluster();
+    insecure = 0;
+    printf("remote GET 2MiB tcp: TLS %.0f MiB/s, insecure %.0f MiB/s, TLS/insecure %.2f\n",
+           get_tls, get_plain, get_tls / get_plain);
+    printf("LOOKUP %d keys p99: TLS %.0f us, insecure %.0f us, TLS/insecure %.2f\n", LK_KEYS,
+           lookup_tls, lookup_plain, lookup_tls / lookup_plain);
 }
 
 int main(int argc, char **argv)
@@ -286,13 +334,16 @@ int main(int argc, char **argv)
     int have_perftest = system("command -v ucx_perftest >/dev/null 2>&1") == 0;
     if (!have_perftest) printf("ucx_perftest not found (apt-get install ucx-utils)\n");
     const char *tls[2] = {"tcp", "sm,self"}, *wake[2] = {"1", "0"};
+    double get_tls = 0, lookup_tls = 0;
+    make_certs();
     for (int t = 0; t < 2; t++) {
         start_cluster(tls[t], wake[t]);
-        bandwidth(tls[t], 2u << 20, 1000 + (uint64_t)t);
-        bandwidth(tls[t], 32u << 20, 2000 + (uint64_t)t);
-        if (t == 0) lookup_latency();
+        double g = bandwidth(tls[t], 2u << 20, 1000 + (uint64_t)t, 1);
+        bandwidth(tls[t], 32u << 20, 2000 + (uint64_t)t, 1);
+        if (t == 0) get_tls = g, lookup_tls = lookup_latency(99, 1);
         stop_cluster();
         for (int i = 0; i < NODES; i++) memset(&nd[i], 0, sizeof nd[i]);
     }
+    tls_price(get_tls, lookup_tls);
     return 0;
 }

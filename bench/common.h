@@ -42,7 +42,7 @@
 #include "kvtier.pb-c.h"
 
 #define BENCH_SKIP 77
-#define BENCH_MAX_CHILDREN 8
+#define BENCH_MAX_CHILDREN 16
 
 /* ------------------------------------------------------------ clock -- */
 

@@ -13,6 +13,10 @@
  * Offsets the daemon returns are checked against the mapping before they
  * become pointers, so a confused daemon cannot make the library write
  * outside the pool.
+ * A daemon whose pool is a sealed memfd (HELLO says pool_memfd) names no
+ * file: its fd comes with the HELLO answer on the fast channel
+ * (SCM_RIGHTS), to clients it lets map the pool. Such a client takes the
+ * fast channel for that even with KVTIER_NO_FAST, and then drops it.
  */
 #include "client_internal.h"
 
@@ -27,6 +31,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +50,8 @@ struct kvt_client {
     uint64_t next_id;
     uint8_t *pool;
     uint64_t pool_bytes;
+    int rx_fd;      /* an fd that came with the last reply, or -1 */
+    int want_fd;    /* read replies with recvmsg to catch one */
     uint64_t client_id;
     uint32_t max_keys;
     char last_err[256];
@@ -118,13 +125,41 @@ static long long mono_us(void)
     return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static kvt_err io_all(int fd, void *buf, size_t n, int wr, long long deadline)
+/* recv, keeping an fd that comes along (SCM_RIGHTS) in *rx_fd: the
+ * first one only, any other is closed. */
+static ssize_t recv_fd(int fd, void *buf, size_t n, int *rx_fd)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(4 * sizeof(int))];
+    } u;
+    struct iovec iov = {buf, n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                       .msg_controllen = sizeof u.b};
+    ssize_t r = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r <= 0) return r;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof got);
+            if (*rx_fd < 0) *rx_fd = got;
+            else close(got);
+        }
+    }
+    return r;
+}
+
+static kvt_err io_all(int fd, void *buf, size_t n, int wr, long long deadline,
+                      int *rx_fd)
 {
     uint8_t *p = buf;
     long long spin_end = wr ? 0 : mono_us() + spin_us();
     while (n) {
-        ssize_t r = wr ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
-                       : recv(fd, p, n, MSG_DONTWAIT);
+        ssize_t r = wr    ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                    : rx_fd ? recv_fd(fd, p, n, rx_fd)
+                          : recv(fd, p, n, MSG_DONTWAIT);
         if (r > 0) {
             p += r;
             n -= (size_t)r;
@@ -148,13 +183,14 @@ static kvt_err local_xfer(kvt_client *c, uint8_t *frame, size_t body_len,
     long long deadline = mono_ms() + c->timeout_ms;
     uint8_t hdr[4];
     for (int i = 0; i < 4; i++) frame[i] = (uint8_t)(body_len >> (8 * i));
-    kvt_err e = io_all(c->fd, frame, body_len + 4, 1, deadline);
-    if (!e) e = io_all(c->fd, hdr, 4, 0, deadline);
+    int *rx = c->want_fd ? &c->rx_fd : NULL;
+    kvt_err e = io_all(c->fd, frame, body_len + 4, 1, deadline, NULL);
+    if (!e) e = io_all(c->fd, hdr, 4, 0, deadline, rx);
     size_t len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 |
                  (size_t)hdr[3] << 24;
     uint8_t *in = e ? NULL : malloc(len ? len : 1);
     if (!e && !in) e = KVT_ENOMEM;
-    if (!e) e = io_all(c->fd, in, len, 0, deadline);
+    if (!e) e = io_all(c->fd, in, len, 0, deadline, rx);
     if (!e && !(*rsp = kvtier__response__unpack(NULL, len, in))) e = KVT_EPROTO;
     free(in);
     if (e && e != KVT_EPROTO) {
@@ -244,26 +280,39 @@ kvt_err kvtc_call_raw(kvt_client *c, const void *buf, size_t len,
     return e;
 }
 
-static void map_pool(kvt_client *c, const char *path, uint64_t bytes)
+/* Map the pool through fd (closed here), if it holds at least bytes: a
+ * shorter one would fault on access. */
+static void map_fd(kvt_client *c, int fd, uint64_t bytes)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return; /* remote or no permission: copying calls only */
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= bytes && bytes)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return;
     c->pool = p;
     c->pool_bytes = bytes;
 }
 
+static void map_pool(kvt_client *c, const char *path, uint64_t bytes)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return; /* remote or no permission: copying calls only */
+    map_fd(c, fd, bytes);
+}
+
 static kvt_err hello(kvt_client *c, int local);
 
 /* Move to the daemon's fast channel: connect, HELLO again there (leases
  * belong to the connection that makes them), and drop the nng socket.
- * Any failure leaves nng in charge, which works, only slower. */
-static void go_local(kvt_client *c, const char *path)
+ * For a memfd pool the HELLO answer there brings the pool's fd; with
+ * KVTIER_NO_FAST the channel is used for that alone and nng stays. Any
+ * failure leaves nng in charge, which works, only slower. */
+static void go_local(kvt_client *c, const char *path, int memfd, uint64_t bytes)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    if (getenv("KVTIER_NO_FAST") || strlen(path) >= sizeof a.sun_path) return;
+    int stay = !getenv("KVTIER_NO_FAST");
+    if ((!stay && !memfd) || strlen(path) >= sizeof a.sun_path) return;
     memcpy(a.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return;
@@ -272,7 +321,12 @@ static void go_local(kvt_client *c, const char *path)
         return;
     }
     c->fd = fd;
-    if (hello(c, 0) != KVT_OK) {
+    c->want_fd = memfd;
+    kvt_err e = hello(c, 0);
+    c->want_fd = 0;
+    if (c->rx_fd >= 0) map_fd(c, c->rx_fd, bytes);
+    c->rx_fd = -1;
+    if (e != KVT_OK || !stay) {
         if (c->fd >= 0) close(c->fd);
         c->fd = -1;
         return;
@@ -302,12 +356,15 @@ static kvt_err hello(kvt_client *c, int local)
     c->client_id = r->hello->client_id;
     c->max_keys = r->hello->max_keys;
     snprintf(c->gpu, sizeof c->gpu, "%s", r->hello->gpu);
-    if (local && r->hello->pool_path[0])
-        map_pool(c, r->hello->pool_path, r->hello->pool_bytes);
+    int memfd = r->hello->pool_memfd;
+    uint64_t bytes = r->hello->pool_bytes;
+    if (local && !memfd && r->hello->pool_path[0])
+        map_pool(c, r->hello->pool_path, bytes);
     char path[sizeof ((struct sockaddr_un *)0)->sun_path] = "";
-    if (local && c->pool) snprintf(path, sizeof path, "%s", r->hello->local_path);
+    if (local && (c->pool || memfd))
+        snprintf(path, sizeof path, "%s", r->hello->local_path);
     kvtier__response__free_unpacked(r, NULL);
-    if (path[0]) go_local(c, path);
+    if (path[0]) go_local(c, path, memfd, bytes);
     return KVT_OK;
 }
 
@@ -351,6 +408,7 @@ kvt_err kvt_connect(const char *url, kvt_client **out)
     if (!c) return KVT_ENOMEM;
     pthread_mutex_init(&c->mtx, NULL);
     c->fd = -1;
+    c->rx_fd = -1;
     c->timeout_ms = 10000;
     url = default_url(url, buf, sizeof buf);
     int rv = nng_req0_open(&c->sock);

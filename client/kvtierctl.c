@@ -561,9 +561,11 @@ static void print_peers_json(const Kvtier__PeersResp *p)
            p->node_id);
     json_str(p->addr);
     printf(",\"epoch\":%llu,\"incarnation\":%llu,\"rejected\":%llu,\"index_entries\":%llu,"
-           "\"peer_hits\":%llu,\"lookup_timeouts\":%llu,\"index_moved\":%llu,",
+           "\"peer_hits\":%llu,\"lookup_timeouts\":%llu,\"index_moved\":%llu,"
+           "\"insecure\":%s,\"unproven\":%llu,\"index_conflicts\":%llu,",
            U(p->epoch), U(p->incarnation), U(p->rejected), U(p->index_entries),
-           U(p->peer_hits), U(p->lookup_timeouts), U(p->index_moved));
+           U(p->peer_hits), U(p->lookup_timeouts), U(p->index_moved),
+           p->insecure ? "true" : "false", U(p->unproven), U(p->index_conflicts));
     printf("\"peer_tier\":%s,\"remote_hits\":%llu,\"bad_checksums\":%llu,"
            "\"fetch_failures\":%llu,\"get_deadlines\":%llu,\"fetched_bytes\":%llu,"
            "\"peers\":[",
@@ -587,11 +589,15 @@ static void print_peers(const Kvtier__PeersResp *p)
         printf("cluster off (cluster.listen is empty)\n");
         return;
     }
-    printf("node %u at %s, epoch %llu, %llu message(s) rejected\n", p->node_id, p->addr,
-           U(p->epoch), U(p->rejected));
+    printf("node %u at %s, epoch %llu, %llu message(s) rejected (%llu with an unproven "
+           "node id)\n", p->node_id, p->addr, U(p->epoch), U(p->rejected), U(p->unproven));
+    if (p->insecure)
+        printf("WARNING: cluster.insecure = 1: plain tcp, no TLS, members not "
+               "authenticated\n");
     printf("global index: %llu entries owned here, %llu keys found on peers, %llu owner "
-           "queries timed out, %llu entries moved to new owners\n", U(p->index_entries),
-           U(p->peer_hits), U(p->lookup_timeouts), U(p->index_moved));
+           "queries timed out, %llu entries moved to new owners, %llu adds refused\n",
+           U(p->index_entries), U(p->peer_hits), U(p->lookup_timeouts), U(p->index_moved),
+           U(p->index_conflicts));
     printf("peer tier: %s; %llu chunks fetched (%llu bytes), %llu bad checksums, %llu "
            "failed fetches, %llu GETs cut by their deadline\n",
            p->peer_tier ? "up" : "off", U(p->remote_hits), U(p->fetched_bytes),

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "tlsconf.h"
 #include "xxhash.h"
 
 enum cfg_type {
@@ -95,6 +96,14 @@ static const struct cfg_key keys[] = {
      "tenants are set; clients of daemon.tcp are operators then"},
     {"dram", "pool_path", CFG_STR, F(pool_path), "", 0, 0, "path", 0,
      "shared-memory pool file; empty: /dev/shm/kvtier-<hash of socket>.pool"},
+    {"dram", "pool", CFG_STR, F(pool_kind), "auto", 0, 0, "kind", 0,
+     "memfd: the pool is a sealed memfd (F_SEAL_SHRINK|F_SEAL_GROW) that "
+     "clients receive over the fast channel (SCM_RIGHTS), so none can shrink "
+     "it; kept across restarts only through systemd's fd store "
+     "(FileDescriptorStoreMax=). file: a file at dram.pool_path that clients "
+     "open by path; kept across restarts without systemd (dram.adopt). auto: "
+     "memfd when systemd gives this service an fd store ($FDSTORE) and the "
+     "fast channel is on, else file"},
     {"dram", "pool_bytes", CFG_BYTES, F(pool_bytes), "1G", 1048576,
      1099511627776.0, "bytes", 0, "DRAM pool capacity (K, M, G, T suffixes)"},
     {"dram", "max_chunk_bytes", CFG_BYTES, F(max_chunk_bytes), "256M", 1,
@@ -162,11 +171,29 @@ static const struct cfg_key keys[] = {
      "id", 0, "this node's id, unique among the members (1 or more when "
      "cluster.listen is set)"},
     {"cluster", "listen", CFG_STR, F(cluster_listen), "", 0, 0, "url", 0,
-     "tcp://host:port of the daemon-to-daemon control channel; empty: no "
-     "cluster (a single node)"},
+     "tls+tcp://host:port of the daemon-to-daemon control channel (tcp:// "
+     "only with cluster.insecure = 1); empty: no cluster (a single node)"},
     {"cluster", "seeds", CFG_STR, F(cluster_seeds), "", 0, 0, "urls", 0,
      "comma-separated control urls of members to join through; empty: wait "
      "for others to join this node"},
+    {"cluster", "tls_cert", CFG_STR, F(cluster_tls_cert), "", 0, 0, "path", 0,
+     "PEM certificate this node presents on the control channel; its subject "
+     "CN or a DNS subjectAltName must be kvtier-node-<node_id>"},
+    {"cluster", "tls_key", CFG_STR, F(cluster_tls_key), "", 0, 0, "path", 0,
+     "PEM private key (unencrypted) of cluster.tls_cert"},
+    {"cluster", "tls_ca", CFG_STR, F(cluster_tls_ca), "", 0, 0, "path", 0,
+     "PEM CA certificate(s) every member's certificate must chain to; a node "
+     "without one cannot connect, join, gossip, publish or pin"},
+    {"cluster", "insecure", CFG_U64, F(cluster_insecure), "0", 0, 1, "bool", 0,
+     "1: plain tcp:// without TLS or authentication (anyone who reaches the "
+     "port can join, read the pool and poison the index); logged as a warning "
+     "and shown by kvtierctl peers and the metrics"},
+    {"cluster", "index_max_per_peer", CFG_U64, F(cluster_index_max_per_peer), "1048576",
+     1, 1e9, "entries", 0, "global index entries this node keeps naming any one "
+     "member as a holder; further adds from it are refused and counted"},
+    {"cluster", "pins_max_per_peer", CFG_U64, F(cluster_pins_max_per_peer), "1024", 1,
+     1e6, "pins", 0, "PeerPin requests of one member held here at once (each "
+     "pins up to daemon.max_keys chunks); more are answered as not pinned"},
     {"cluster", "heartbeat_ms", CFG_U64, F(cluster_heartbeat_ms), "500", 50,
      60000, "ms", 0, "interval between heartbeats to each member"},
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
@@ -265,6 +292,24 @@ static const struct cfg_key *find_key(const char *section, const char *name)
         hit = &keys[i];
     }
     return hit;
+}
+
+/* 1 if name, given without a section, is a key of more than one section;
+ * err then names them. */
+static int ambiguous(const char *name, char *err, size_t errlen)
+{
+    int n = 0, at;
+    at = snprintf(err, errlen, "key '%s' is in more than one section (", name);
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (!norm_eq(keys[i].name, name)) continue;
+        if (at >= 0 && (size_t)at < errlen)
+            at += snprintf(err + at, errlen - (size_t)at, "%s%s.%s", n ? ", " : "",
+                           keys[i].section, keys[i].name);
+        n++;
+    }
+    if (n > 1 && at >= 0 && (size_t)at < errlen)
+        snprintf(err + at, errlen - (size_t)at, "): name its section");
+    return n > 1;
 }
 
 static int range_err(const struct cfg_key *k, const char *v, char *err,
@@ -478,6 +523,7 @@ int config_set(struct kvt_config *c, const char *key, const char *value,
         name = dot + 1;
     }
     const struct cfg_key *k = find_key(dot ? section : NULL, name);
+    if (!k && !dot && ambiguous(name, err, errlen)) return -1;
     if (!k) {
         snprintf(err, errlen, "unknown key '%s'", key);
         return -1;
@@ -554,6 +600,33 @@ static int check_events(const struct kvt_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* [cluster]: TLS with the three files, or plain tcp only when asked for. */
+static int check_cluster(const struct kvt_config *c, char *err, size_t errlen)
+{
+    const char *l = c->cluster_listen;
+    const char *want = c->cluster_insecure ? "tcp://" : "tls+tcp://";
+    char why[256];
+    if (!l[0]) return 0;
+    if (strncmp(l, want, strlen(want)) != 0 || c->cluster_node_id == 0) {
+        snprintf(err, errlen, "cluster.listen '%s' wants %shost:port%s and a "
+                 "cluster.node_id of 1 or more", l, want,
+                 c->cluster_insecure ? " (cluster.insecure = 1)" : "");
+        return -1;
+    }
+    if (c->cluster_insecure) return 0;
+    struct tlsconf_files f = {c->cluster_tls_ca, c->cluster_tls_cert, c->cluster_tls_key};
+    if (!f.ca[0] || !f.cert[0] || !f.key[0]) {
+        snprintf(err, errlen, "cluster.listen '%s' needs cluster.tls_cert, cluster.tls_key "
+                 "and cluster.tls_ca (or cluster.insecure = 1 with tcp://)", l);
+        return -1;
+    }
+    if (!tlsconf_check(&f, why, sizeof why)) {
+        snprintf(err, errlen, "cluster TLS: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* The remote client listeners: TLS with client certificates, or plain tcp
  * only when asked for by name and never beside tenants. */
 static int check_tcp(const struct kvt_config *c, char *err, size_t errlen)
@@ -593,18 +666,18 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
         return -1;
     }
     if (check_tcp(c, err, errlen) != 0) return -1;
+    if (strcmp(c->pool_kind, "file") && strcmp(c->pool_kind, "memfd") &&
+        strcmp(c->pool_kind, "auto")) {
+        snprintf(err, errlen, "dram.pool '%s': want file, memfd or auto", c->pool_kind);
+        return -1;
+    }
     if (c->nvme_low_watermark >= c->nvme_high_watermark) {
         snprintf(err, errlen, "nvme.nvme_low_watermark (%g) must be below "
                  "nvme.nvme_high_watermark (%g)", c->nvme_low_watermark,
                  c->nvme_high_watermark);
         return -1;
     }
-    if (c->cluster_listen[0] && (strncmp(c->cluster_listen, "tcp://", 6) != 0 ||
-                                 c->cluster_node_id == 0)) {
-        snprintf(err, errlen, "cluster.listen '%s' wants tcp://host:port and a "
-                 "cluster.node_id of 1 or more", c->cluster_listen);
-        return -1;
-    }
+    if (check_cluster(c, err, errlen) != 0) return -1;
     if (strcmp(c->cluster_membership, "swim") && strcmp(c->cluster_membership, "etcd")) {
         snprintf(err, errlen, "cluster.membership '%s': want swim or etcd",
                  c->cluster_membership);

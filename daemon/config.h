@@ -72,6 +72,7 @@ struct kvt_config {
     double low_watermark;
     uint64_t pool_mode;           /* octal file mode */
     char pool_group[64];          /* group that may map the pool */
+    char pool_kind[16];           /* dram.pool: file, memfd or auto */
     /* [hbm] */
     uint64_t hbm_bytes;           /* GPU pool of the HBM tier; 0: off */
     /* [nvme] and DRAM adoption (nvstore.c, journal.c) */
@@ -94,6 +95,12 @@ struct kvt_config {
     uint64_t cluster_node_id;     /* this node's id, unique in the cluster */
     char cluster_listen[CFG_STR_MAX]; /* tcp://host:port of the control channel */
     char cluster_seeds[CFG_STR_MAX];  /* comma list of members' listen urls */
+    char cluster_tls_cert[CFG_STR_MAX]; /* PEM files of the control channel's TLS */
+    char cluster_tls_key[CFG_STR_MAX];
+    char cluster_tls_ca[CFG_STR_MAX];
+    uint64_t cluster_insecure;    /* 1: plain tcp, no authentication */
+    uint64_t cluster_index_max_per_peer; /* index entries naming one member */
+    uint64_t cluster_pins_max_per_peer;  /* pins one member holds here */
     uint64_t cluster_heartbeat_ms;
     uint64_t cluster_failure_ms;  /* silent this long: dead */
     uint64_t cluster_replicas;    /* owners of each global index entry */

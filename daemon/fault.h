@@ -9,7 +9,8 @@
  *
  * (and index_put: a record written but never indexed; nvme_hold: a read
  * that completes only when a later I/O does; peer_corrupt: a holder
- * flips a byte of a chunk a peer is about to pull).
+ * flips a byte of a chunk a peer is about to pull; peer_lie: and reports
+ * the checksum of what it flipped).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -31,6 +32,9 @@ enum fault_point {
                          * I/O completes (a slow device) */
     FAULT_PEER_CORRUPT, /* a holder flips a byte of a chunk it pins for a
                          * peer (pget.c): the peer's checksum must catch it */
+    FAULT_PEER_LIE,     /* the same, and the holder reports the checksum of
+                         * the flipped bytes: only the committer's (from the
+                         * index owners) can catch it */
     FAULT_COUNT
 };
 

@@ -20,6 +20,7 @@
 #include "kvtierd.h"
 #include "kvwait.h"
 #include "store.h"
+#include "local.h"
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"
@@ -184,6 +185,20 @@ static struct lease *own_lease(struct req *r, uint64_t id, uint8_t kind)
 
 /* ----------------------------------------------------------------- hello */
 
+/* A memfd pool has no path to open: a fast-channel client that may map
+ * it gets its fd with this answer, anyone else only copies. */
+static void give_pool_fd(struct req *r, Kvtier__HelloResp *h)
+{
+    struct kvtierd *d = r->d;
+    h->pool_path = "";
+    h->pool_memfd = 1;
+    if (!tenant_may_map(d->tenants, r->pipe, (unsigned)d->cfg.pool_mode,
+                        (gid_t)d->pool_gid))
+        return;
+    if (local_attach_fd(d->local, d->dram->fd) != 0)
+        log_warn("dram", "cannot pass the pool fd to client %u", r->pipe);
+}
+
 static void do_hello(struct req *r, const Kvtier__Hello *q)
 {
     struct kvtierd *d = r->d;
@@ -203,6 +218,7 @@ static void do_hello(struct req *r, const Kvtier__Hello *q)
     h->max_chunk_bytes = d->cfg.max_chunk_bytes;
     h->gpu = d->gpu;
     h->local_path = d->local_path;
+    if (d->dram->memfd) give_pool_fd(r, h);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_HELLO;
     r->rsp->hello = h;
 }

@@ -41,6 +41,7 @@ struct wq_cq;
 struct kvtierd {
     struct kvt_config cfg;
     struct dram *dram;
+    unsigned pool_gid;     /* group whose members may map a memfd pool */
     struct idx idx;
     struct ns_table ns;
     struct lease_table leases;

@@ -30,10 +30,14 @@
  * stay in request order; frames that arrived meanwhile are served then
  * (a client that pipelines is not left waiting for bytes it already
  * sent).
+ * A reply may carry an fd (local_attach_fd: the pool's memfd for HELLO),
+ * passed as SCM_RIGHTS on the reply's first byte; while one waits to go
+ * out no further frame is served, so a connection holds at most one.
  */
 #include "local.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +64,8 @@ struct lconn {
     uint32_t armed; /* the epoll events set now */
     int parked;     /* a request awaits local_reply_later */
     int resume;     /* whole frames wait in rbuf: come back for them */
+    int pass_fd;    /* an fd to send with the reply at pass_at, or -1 */
+    size_t pass_at;
     struct lconn *prev, *next;
 };
 
@@ -72,6 +78,7 @@ struct local_srv {
     uint64_t refused; /* connections closed at accept: max_conns reached */
     struct lconn *cur; /* whose request the handler is running */
     int deferred;      /* ... and it called local_defer */
+    int cur_fd;        /* ... and the fd it attached (a copy), or -1 */
 };
 
 static void *grow(void *p, size_t *cap, size_t need)
@@ -93,6 +100,7 @@ static void conn_close(struct local_srv *s, struct lconn *c)
     s->n--;
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    if (c->pass_fd >= 0) close(c->pass_fd);
     s->o.conn(s->o.arg, c->id, 0);
     free(c->rbuf);
     free(c->wbuf);
@@ -132,11 +140,40 @@ static void queue_rsp(struct lconn *c, const Kvtier__Response *rsp)
     c->wlen += 4 + len;
 }
 
+/* Send from woff: up to pass_at plainly, and from there with the fd. */
+static ssize_t send_some(struct lconn *c)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } u;
+    size_t n = c->wlen - c->woff;
+    if (c->pass_fd < 0 || c->woff > c->pass_at)
+        return send(c->fd, c->wbuf + c->woff, n, MSG_NOSIGNAL);
+    if (c->woff < c->pass_at)
+        return send(c->fd, c->wbuf + c->woff, c->pass_at - c->woff, MSG_NOSIGNAL);
+    struct iovec iov = {c->wbuf + c->woff, n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                       .msg_controllen = sizeof u.b};
+    memset(&u, 0, sizeof u);
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &c->pass_fd, sizeof(int));
+    ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+    if (w > 0) { /* the fd went with the first byte */
+        close(c->pass_fd);
+        c->pass_fd = -1;
+    }
+    return w;
+}
+
 /* 0 while the connection is usable, -1 once it must be closed. */
 static int flush_out(struct local_srv *s, struct lconn *c)
 {
     while (c->woff < c->wlen) {
-        ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        ssize_t w = send_some(c);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             set_events(s, c);
@@ -173,15 +210,30 @@ static void serve_frame(struct local_srv *s, struct lconn *c, const uint8_t *bod
     void *scratch = NULL;
     s->cur = c;
     s->deferred = 0;
+    s->cur_fd = -1;
     s->o.handle(s->o.arg, c->id, body, len, &rsp, &scratch);
     s->cur = NULL;
     if (s->deferred) {
         c->parked = 1;
         set_events(s, c);
     } else {
+        if (s->cur_fd >= 0) { /* parse_frames serves none while one waits */
+            c->pass_fd = s->cur_fd;
+            c->pass_at = c->wlen;
+            s->cur_fd = -1;
+        }
         queue_rsp(c, &rsp);
     }
+    if (s->cur_fd >= 0) close(s->cur_fd); /* a parked reply carries none */
+    s->cur_fd = -1;
     s->o.free_rsp(&rsp, scratch);
+}
+
+int local_attach_fd(struct local_srv *s, int fd)
+{
+    if (!s || !s->cur || s->cur_fd >= 0) return -1;
+    s->cur_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    return s->cur_fd >= 0 ? 0 : -1;
 }
 
 struct local_later *local_defer(struct local_srv *s)
@@ -237,7 +289,7 @@ static void parse_frames(struct local_srv *s, struct lconn *c)
     size_t off = 0;
     c->resume = 0;
     while (!c->parked) {
-        if (c->wlen >= OUT_CAP) {
+        if (c->wlen >= OUT_CAP || c->pass_fd >= 0) {
             c->resume = c->rlen > off;
             break;
         }
@@ -317,6 +369,7 @@ static void accept_all(struct local_srv *s)
         struct lconn *c = calloc(1, sizeof *c);
         if (!c) abort();
         c->fd = fd;
+        c->pass_fd = -1;
         c->id = LOCAL_ID_BASE | (s->next_id++ & 0x7fffffffu);
         c->armed = EPOLLIN | EPOLLRDHUP;
         struct epoll_event ev = {.events = c->armed, .data.ptr = c};
@@ -385,6 +438,7 @@ int local_open(const struct local_opts *o, struct local_srv **out, char *err,
     if (!s || !(s->path = strdup(o->path))) abort();
     s->o = *o;
     s->lfd = -1;
+    s->cur_fd = -1;
     s->ep = epoll_create1(EPOLL_CLOEXEC);
     if (s->ep < 0) {
         snprintf(err, errlen, "epoll: %s", strerror(errno));

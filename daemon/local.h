@@ -58,6 +58,10 @@ int local_peer_cred(const struct local_srv *s, uint32_t conn, uint32_t *uid,
  * when no local request is being handled. */
 struct local_later;
 struct local_later *local_defer(struct local_srv *s);
+/* Called by a handler: send a copy of fd with the reply it is making
+ * (SCM_RIGHTS on the reply's first byte). 0, or -1 when no local request
+ * is being handled or fd cannot be copied; the caller keeps fd. */
+int local_attach_fd(struct local_srv *s, int fd);
 /* Send the deferred reply; rsp NULL sends nothing. Core thread; the
  * handle dies with its connection, so it must be dropped when the
  * connection is reported removed (rsp NULL is then still allowed, from

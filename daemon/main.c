@@ -50,6 +50,7 @@
 #include "notify.h"
 #include "nvme/nvstore.h"
 #include "park.h"
+#include "pool.h"
 #include "server.h"
 #include "store.h"
 #include "tenant.h"
@@ -229,13 +230,7 @@ static void on_pipe(void *arg, uint32_t pipe, int added)
 
 static int open_tiers(struct kvtierd *d)
 {
-    char err[512] = "";
-    struct dram_opts o = {d->cfg.pool_path, d->cfg.pool_bytes,
-                          (unsigned)d->cfg.pool_mode, d->cfg.pool_group};
-    if (dram_open_adopt(&o, (int)d->cfg.dram_adopt, &d->dram, err, sizeof err) != KVT_OK) {
-        log_error("dram", "%s", err);
-        return -1;
-    }
+    if (pool_open(d) != 0) return -1;
     if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->nvx->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "events.h"
+#include "peer/cluster.h"
 #include "hbm.h"
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
@@ -393,6 +394,14 @@ static void render_leases(struct sbuf *b, struct kvtierd *d)
            "Cluster peers by state (no cluster support yet: always 0).");
     sample(b, "kvtier_peers", "state=\"alive\"", 0);
     sample(b, "kvtier_peers", "state=\"dead\"", 0);
+    uint64_t unproven;
+    int insecure = cluster_security(d->clx, &unproven);
+    one(b, "kvtier_cluster_insecure", "gauge",
+        "1 if the cluster control channel runs without TLS (cluster.insecure).", "",
+        (uint64_t)insecure);
+    one(b, "kvtier_cluster_unproven_total", "counter",
+        "Daemon-to-daemon messages refused because the node id they claim was not "
+        "proven by its certificate.", "", unproven);
 }
 
 /* The global index (tiers/peer/gidx.c); zeros without a cluster. */

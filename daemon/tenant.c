@@ -364,3 +364,21 @@ int tenant_ns_visible(struct tenants *t, uint32_t pipe, const char *ns)
     if (c->operator_) return 1;
     return c->tenant >= 0 && prefix_ok(&t->cfg->tenants.v[c->tenant], ns);
 }
+
+/* The pool's mode read as a file's would be, for the client's uid and
+ * gid: rw for owner, group or others, whichever class it falls in. */
+static int mode_lets(const struct tconn *c, unsigned mode, gid_t group)
+{
+    if (c->uid == 0 || c->uid == (uint32_t)geteuid()) return 1;
+    if (in_group(c->uid, c->gid, group)) return (mode & 060) == 060;
+    return (mode & 006) == 006;
+}
+
+int tenant_may_map(struct tenants *t, uint32_t pipe, unsigned mode, gid_t group)
+{
+    if (!t || pipe < LOCAL_ID_BASE) return 0;
+    const struct tconn *c = conn_of(t, pipe);
+    if (!c->has_cred) return 0;
+    if (enabled(t) && !c->operator_ && c->tenant < 0) return 0;
+    return mode_lets(c, mode, group);
+}

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
@@ -48,6 +49,12 @@ void tenant_conn_removed(struct tenants *t, uint32_t pipe);
  * without tenants (the single zero-configuration tenant). */
 kvt_err tenant_check(struct tenants *t, uint32_t pipe, const Kvtier__Request *q,
                      char *why, size_t why_len);
+/* 1 if pipe, a fast-channel connection, may be handed the pool's fd:
+ * the daemon's uid, root, or a client the pool's mode lets in as the
+ * file-backed pool would (group bits for members of group, other bits
+ * for the rest); with tenants it must also be an operator or belong to
+ * a tenant. 0 for nng pipes and unknown credentials. */
+int tenant_may_map(struct tenants *t, uint32_t pipe, unsigned mode, gid_t group);
 /* 1 if pipe may see namespace ns (STATS lists only those). */
 int tenant_ns_visible(struct tenants *t, uint32_t pipe, const char *ns);
 

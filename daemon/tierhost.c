@@ -200,6 +200,12 @@ void tierhost_conf(struct kvtierd *d)
     snprintf(k->cluster_seeds, sizeof k->cluster_seeds, "%s", c->cluster_seeds);
     snprintf(k->cluster_membership, sizeof k->cluster_membership, "%s",
              c->cluster_membership);
+    snprintf(k->cluster_tls_cert, sizeof k->cluster_tls_cert, "%s", c->cluster_tls_cert);
+    snprintf(k->cluster_tls_key, sizeof k->cluster_tls_key, "%s", c->cluster_tls_key);
+    snprintf(k->cluster_tls_ca, sizeof k->cluster_tls_ca, "%s", c->cluster_tls_ca);
+    k->cluster_insecure = c->cluster_insecure;
+    k->cluster_index_max_per_peer = c->cluster_index_max_per_peer;
+    k->cluster_pins_max_per_peer = c->cluster_pins_max_per_peer;
     k->cluster_node_id = c->cluster_node_id;
     k->cluster_heartbeat_ms = c->cluster_heartbeat_ms;
     k->cluster_failure_ms = c->cluster_failure_ms;

@@ -9,4 +9,5 @@ exec "$kvtierd" --print-config \
     --socket ipc:///run/kvtier/kvtierd.sock \
     --state-dir /var/lib/kvtier \
     --pool-mode 0660 \
-    --pool-group kvtier
+    --pool-group kvtier \
+    --dram.pool memfd

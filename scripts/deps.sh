@@ -12,6 +12,7 @@ pkgs=(
   python3 python3-cbor2
   redis-server libhiredis-dev fio
   systemd prometheus python3-yaml groff-base
+  openssl
   etcd-server libcurl4-openssl-dev
 )
 

@@ -22,6 +22,12 @@
  * client writing zeros into them). Any other SIGBUS goes to the handler
  * that was there before. The handler needs the pool in a static: one
  * guarded pool per process.
+ *
+ * A memfd pool skips all of that: no path to race for, no lock (nobody
+ * else can name it), and no truncation to heal. It is sized, reserved,
+ * then sealed (shrink, grow, and the seals themselves), so every fd to it,
+ * the clients' included, keeps exactly this size; a kept fd offered back
+ * at a restart is taken only if it is such a memfd of the very size.
  */
 #include "dram.h"
 
@@ -225,19 +231,98 @@ fail:
     return errno == ELOOP ? KVT_EPERM : KVT_EIO;
 }
 
+kvt_err dram_memfd_check(int fd, uint64_t bytes, char *err, size_t errlen)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    bytes = bytes / DRAM_UNIT * DRAM_UNIT;
+    if (seals < 0 || fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "fd %d is not a sealable memfd", fd);
+        return KVT_EINVAL;
+    }
+    if ((seals & DRAM_MEMFD_SEALS) != DRAM_MEMFD_SEALS) {
+        snprintf(err, errlen, "fd %d is not sealed against shrinking and "
+                 "growing (seals 0x%x)", fd, (unsigned)seals);
+        return KVT_EINVAL;
+    }
+    if ((uint64_t)st.st_size != bytes) {
+        snprintf(err, errlen, "fd %d holds %llu bytes, the pool is %llu", fd,
+                 (unsigned long long)st.st_size, (unsigned long long)bytes);
+        return KVT_EINVAL;
+    }
+    return KVT_OK;
+}
+
+/* Size, reserve and seal a fresh memfd. */
+static kvt_err make_memfd(struct dram *d, char *err, size_t errlen)
+{
+    int rv;
+    d->fd = memfd_create(DRAM_MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (d->fd < 0 || ftruncate(d->fd, (off_t)d->bytes) != 0) {
+        snprintf(err, errlen, "pool memfd: %s", strerror(errno));
+        return KVT_EIO;
+    }
+    if ((rv = posix_fallocate(d->fd, 0, (off_t)d->bytes)) != 0) {
+        snprintf(err, errlen, "pool memfd: cannot reserve %llu bytes: %s",
+                 (unsigned long long)d->bytes, strerror(rv));
+        return KVT_ENOSPC;
+    }
+    if (fcntl(d->fd, F_ADD_SEALS, DRAM_MEMFD_SEALS) != 0) {
+        snprintf(err, errlen, "pool memfd: cannot seal: %s", strerror(errno));
+        return KVT_EIO;
+    }
+    return KVT_OK;
+}
+
+/* The memfd pool: the kept fd if it passes dram_memfd_check (the caller
+ * checked and logged already; checked again so nothing unchecked is
+ * mapped), else a fresh one. */
+static kvt_err open_memfd(struct dram *d, const struct dram_opts *o, char *err,
+                          size_t errlen)
+{
+    d->memfd = 1;
+    if (o->adopt_fd >= 0) {
+        d->fd = o->adopt_fd;
+        kvt_err e = dram_memfd_check(d->fd, d->bytes, err, errlen);
+        if (e != KVT_OK) return e;
+        d->adopted = 1;
+    } else {
+        kvt_err e = make_memfd(d, err, errlen);
+        if (e != KVT_OK) return e;
+    }
+    d->base = mmap(NULL, d->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, d->fd, 0);
+    if (d->base == MAP_FAILED) {
+        d->base = NULL;
+        snprintf(err, errlen, "pool memfd: mmap: %s", strerror(errno));
+        return KVT_EIO;
+    }
+    return KVT_OK;
+}
+
+static kvt_err open_pool(struct dram *d, const struct dram_opts *o, int adopt,
+                         char *err, size_t errlen)
+{
+    kvt_err e;
+    if (o->memfd) return open_memfd(d, o, err, errlen);
+    if ((e = open_file(d, o, adopt, err, errlen)) != KVT_OK) return e;
+    if ((e = set_owner(d, o, err, errlen)) != KVT_OK) return e;
+    return size_and_map(d, adopt, err, errlen);
+}
+
 kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
                         char *err, size_t errlen)
 {
     kvt_err e = KVT_ENOMEM;
     struct dram *d = calloc(1, sizeof *d);
-    if (!d) goto fail;
-    d->fd = -1;
-    if (!(d->path = strdup(o->path))) goto fail;
+    if (!d) {
+        if (o->memfd && o->adopt_fd >= 0) close(o->adopt_fd);
+        goto fail;
+    }
+    d->fd = o->memfd ? o->adopt_fd : -1; /* owned from here on */
+    if (!(d->path = strdup(o->memfd ? "memfd:" DRAM_MEMFD_NAME : o->path))) goto fail;
     d->tier.ops = &dram_ops;
     d->bytes = o->bytes / DRAM_UNIT * DRAM_UNIT;
-    if ((e = open_file(d, o, adopt, err, errlen)) != KVT_OK) goto fail;
-    if ((e = set_owner(d, o, err, errlen)) != KVT_OK) goto fail;
-    if ((e = size_and_map(d, adopt, err, errlen)) != KVT_OK) goto fail;
+    if ((e = open_pool(d, o, adopt, err, errlen)) != KVT_OK) goto fail;
     if (!(d->alloc = tlsf_create(d->bytes / DRAM_UNIT))) {
         snprintf(err, errlen, "pool allocator: out of memory");
         e = KVT_ENOMEM;
@@ -291,6 +376,7 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
 void dram_guard(struct dram *d)
 {
     struct sigaction sa;
+    if (d->memfd) return; /* sealed: nobody can truncate it */
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_bus;
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
@@ -314,7 +400,7 @@ void dram_close(struct dram *d, int unlink_file)
         guarded.base = NULL;
     }
     if (d->base) munmap(d->base, d->bytes);
-    if (unlink_file && d->path && d->fd >= 0) unlink(d->path);
+    if (unlink_file && !d->memfd && d->path && d->fd >= 0) unlink(d->path);
     if (d->fd >= 0) close(d->fd);
     tlsf_destroy(d->alloc);
     free(d->path);

@@ -10,11 +10,17 @@
  * is taken over if it is a regular file of this user with one link (the
  * path is predictable: a new file is created with O_EXCL, never through
  * a symlink).
+ * A pool may instead be a memfd (dram_opts.memfd): no name, no flock, no
+ * file a client could open or truncate. It is sealed against shrinking
+ * and growing once sized, so a client handed its fd (SCM_RIGHTS) can map
+ * it but never cut it; across a restart it comes back only as an fd
+ * someone kept (systemd's fd store), checked by dram_memfd_check.
  */
 #ifndef KVT_DRAM_H
 #define KVT_DRAM_H
 
 #include <stddef.h>
+#include <fcntl.h>
 #include <stdint.h>
 
 #include "tier.h"
@@ -27,7 +33,14 @@ struct dram_opts {
     uint64_t bytes;
     unsigned mode;     /* file mode, e.g. 0600 */
     const char *group; /* NULL or "" for the daemon's own */
+    int memfd;         /* 1: a sealed memfd, path unused */
+    int adopt_fd;      /* memfd only: a kept pool fd to adopt, or -1; the
+                        * pool owns it from the call on, even on failure */
 };
+
+#define DRAM_MEMFD_NAME "kvtier-pool"
+/* The seals a memfd pool carries: its size is fixed for good. */
+#define DRAM_MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 struct dram {
     struct tier tier; /* first: a struct dram is a struct tier */
@@ -37,7 +50,12 @@ struct dram {
     uint64_t bytes;
     struct tlsf *alloc;
     int adopted;       /* the file's contents were kept (dram_open_adopt) */
+    int memfd;         /* a sealed memfd: path is only a label */
 };
+
+/* Is fd a memfd pool of exactly bytes (rounded down to DRAM_UNIT) with
+ * the seals a pool has? KVT_OK, or KVT_EINVAL with the reason in err. */
+kvt_err dram_memfd_check(int fd, uint64_t bytes, char *err, size_t errlen);
 
 /* Create (or take over a stale) pool. KVT_EBUSY if another live daemon
  * holds it; err receives a sentence either way. */
@@ -55,7 +73,8 @@ kvt_err dram_open_adopt(const struct dram_opts *o, int adopt, struct dram **out,
 void dram_guard(struct dram *d);
 /* Times the guard restored the pool's size. */
 uint64_t dram_heals(void);
-/* Unmap, unlock and (if unlink) remove the file. Accepts NULL. */
+/* Unmap, unlock and (if unlink) remove the file (never a memfd's: it has
+ * none). Accepts NULL. */
 void dram_close(struct dram *d, int unlink_file);
 
 /* Byte offset of an allocation handle. */

@@ -39,7 +39,7 @@ static int setup(void **state)
     config_defaults(&D->cfg);
     D->cfg.pool_bytes = 4u << 20;
     snprintf(pool, sizeof pool, "/dev/shm/kvt-inproc-%d.pool", (int)getpid());
-    struct dram_opts o = {pool, D->cfg.pool_bytes, 0600, NULL};
+    struct dram_opts o = {pool, D->cfg.pool_bytes, 0600, NULL, 0, -1};
     if (dram_open(&o, &D->dram, err, sizeof err) != KVT_OK ||
         idx_init(&D->idx, D->dram->bytes / DRAM_UNIT) != 0)
         return -1;

@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d->cfg.max_chunk_bytes = 256u << 10;
     d->cfg.dram_adopt = 1;
     snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", state);
-    struct dram_opts o = {pool_path, POOL, 0600, NULL};
+    struct dram_opts o = {pool_path, POOL, 0600, NULL, 0, -1};
     if (dram_open_adopt(&o, 1, &d->dram, err, sizeof err) != KVT_OK || !d->dram->adopted ||
         idx_init(&d->idx, POOL / DRAM_UNIT) != 0 || adopt_open(d) != 0)
         abort();

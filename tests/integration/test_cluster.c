@@ -114,12 +114,12 @@ static void test_all_see_each_other(void **state)
     kvtier__response__free_unpacked(r, NULL);
 }
 
-/* Push raw bytes at node 0's control channel. */
+/* Push raw bytes at node 0's control channel, as a node that holds a
+ * certificate from the cluster's CA (for node 5) but is not a member. */
 static void push_raw(const void *buf, size_t len)
 {
     nng_socket s;
-    assert_int_equal(nng_push0_open(&s), 0);
-    assert_int_equal(nng_dial(s, url[0], NULL, 0), 0);
+    assert_int_equal(tc_dial(&s, url[0], "node-5", 0), 0);
     assert_int_equal(nng_send(s, (void *)buf, len, 0), 0);
     usleep(100000); /* let it leave before the socket closes */
     nng_close(s);
@@ -131,18 +131,26 @@ static void push_heartbeat(uint32_t id, const char *addr)
     Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
     Kvtier__PeerMember mem = KVTIER__PEER_MEMBER__INIT, *mp = &mem;
     mem.node_id = 77;
-    mem.addr = "tcp://127.0.0.1:9";
+    mem.addr = "tls+tcp://127.0.0.1:9";
     mem.incarnation = 1;
     hb.members = &mp;
     hb.n_members = 1;
     pm.node_id = id;
     pm.addr = (char *)addr;
-    pm.incarnation = UINT64_MAX / 2;
+    pm.incarnation = 1;
     pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
     pm.heartbeat = &hb;
     uint8_t buf[256];
     size_t len = kvtier__peer_msg__pack(&pm, buf);
     push_raw(buf, len);
+}
+
+static uint64_t unproven(int i)
+{
+    Kvtier__Response *r = peers(i);
+    uint64_t v = r->peers->unproven;
+    kvtier__response__free_unpacked(r, NULL);
+    return v;
 }
 
 static uint64_t rejected(int i, uint64_t *epoch, size_t *n_peers)
@@ -169,14 +177,15 @@ static void test_rejects_strangers_and_junk(void **state)
     (void)state;
     uint64_t e0, e1;
     size_t n0, n1;
-    uint64_t r0 = rejected(0, &e0, &n0);
+    uint64_t r0 = rejected(0, &e0, &n0), u0 = unproven(0);
     static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
     push_raw(junk, sizeof junk);
     assert_int_equal(wait_rejected(r0 + 1), 0);
-    push_heartbeat(99, "tcp://127.0.0.1:9"); /* not a member; gossips node 77 */
+    push_heartbeat(99, "tls+tcp://127.0.0.1:9"); /* not a member; gossips node 77 */
     assert_int_equal(wait_rejected(r0 + 2), 0);
-    push_heartbeat(2, "tcp://127.0.0.1:9");  /* a member's id, another address */
+    push_heartbeat(2, "tls+tcp://127.0.0.1:9");  /* a member's id, another address */
     assert_int_equal(wait_rejected(r0 + 3), 0);
+    assert_int_equal(unproven(0), u0 + 1);           /* counted as identity theft */
     push_heartbeat(0, url[1]);               /* no identity */
     assert_int_equal(wait_rejected(r0 + 4), 0);
     assert_int_equal(rejected(0, &e1, &n1), r0 + 4);
@@ -220,6 +229,8 @@ static void test_ctl_peers_json(void **state)
     uint64_t id = 0;
     assert_int_equal(json_uint(json_get(v, "node_id"), &id), 0);
     assert_int_equal(id, 1);
+    const json_value *insec = json_get(v, "insecure");
+    assert_true(insec && insec->type == JSON_BOOL && !insec->boolean);
     const json_value *ps = json_get(v, "peers");
     assert_int_equal(json_len(ps), N - 1);
     for (size_t i = 0; i < json_len(ps); i++) {
@@ -244,13 +255,23 @@ static void refused(const char *const *extra, const char *why)
 static void test_bad_settings_refused(void **state)
 {
     (void)state;
-    const char *no_id[] = {"--cluster.listen", "tcp://127.0.0.1:9", NULL};
+    const char *no_id[] = {"--cluster.listen", "tls+tcp://127.0.0.1:9", NULL};
     const char *not_tcp[] = {"--cluster.node_id", "4", "--cluster.listen",
                              "ipc:///tmp/x", NULL};
+    const char *plain[] = {"--cluster.node_id", "4", "--cluster.listen",
+                           "tcp://127.0.0.1:9", NULL};
+    const char *no_files[] = {"--cluster.node_id", "4", "--cluster.listen",
+                              "tls+tcp://127.0.0.1:9", NULL};
+    const char *bad[16] = {"--cluster.node_id", "4", "--cluster.listen",
+                           "tls+tcp://127.0.0.1:9"};
+    tc_tls_args(bad + 4, "no-such-cert");
     const char *slow[] = {"--cluster.heartbeat_ms", "2000",
                           "--cluster.failure_timeout_ms", "1000", NULL};
     refused(no_id, "cluster.node_id");
-    refused(not_tcp, "wants tcp://");
+    refused(not_tcp, "wants tls+tcp://");
+    refused(plain, "wants tls+tcp://");  /* plain tcp only with cluster.insecure */
+    refused(no_files, "needs cluster.tls_cert");
+    refused(bad, "cluster TLS: cannot open");
     refused(slow, "must exceed cluster.heartbeat_ms");
 }
 

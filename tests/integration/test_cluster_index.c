@@ -6,10 +6,11 @@
  * live node is found from every node, while the leaver's own chunks are
  * misses. Index messages that claim a member's identity but are malformed
  * (short keys, arrays of different lengths, an answer to no query) are
- * refused and change nothing. When a fourth node joins, the holder sends
- * exactly the entries whose owners now include the newcomer, and nothing
- * to anyone else (PEERS index_moved, and the same in /metrics). Waits poll with generous slack;
- * nothing is timed.
+ * refused and change nothing (on an insecure cluster, where a raw client
+ * can claim a member's id at all). When a fourth node joins, the holder
+ * sends exactly the entries whose owners now include the newcomer, and
+ * nothing to anyone else (PEERS index_moved, and the same in /metrics).
+ * Waits poll with generous slack; nothing is timed.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,13 +57,28 @@ static int stop_node(int i)
     return tc_stop(&T, i);
 }
 
-static int setup(void **state)
+static int setup_with(int insecure)
 {
-    (void)state;
     tc_init(&T, MAXN);
+    T.insecure = insecure;
     for (int i = 0; i < 3; i++)
         if (start_node(i) != 0) return tc_teardown(&T), -1;
     return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return setup_with(0);
+}
+
+/* cluster.insecure = 1: plain tcp, where a raw client can speak as a
+ * member (over TLS it cannot prove the id: test_cluster_tls), so the
+ * malformed-message checks are driven here. */
+static int setup_insecure(void **state)
+{
+    (void)state;
+    return setup_with(1);
 }
 
 static int teardown(void **state)
@@ -289,8 +305,7 @@ static void push_as_node2(Kvtier__PeerMsg *pm)
     uint8_t buf[1024];
     size_t len = kvtier__peer_msg__pack(pm, buf);
     nng_socket s;
-    assert_int_equal(nng_push0_open(&s), 0);
-    assert_int_equal(nng_dial(s, url[0], NULL, 0), 0);
+    assert_int_equal(tc_dial(&s, url[0], "node-2", 0), 0);
     assert_int_equal(nng_send(s, buf, len, 0), 0);
     usleep(100000);
     nng_close(s);
@@ -360,6 +375,7 @@ static void test_malformed_index_messages(void **state)
     assert_int_equal(rj1, rj0 + 6);
     (void)en0, (void)en1; /* entries move with membership: not compared */
     assert_true(td_log_has(&D[0], "malformed index update"));
+    assert_true(td_log_has(&D[0], "cluster.insecure = 1: plain tcp"));
 }
 
 /* index_moved of node i of cluster tc. */
@@ -431,11 +447,15 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_on_a_lookup_on_c),
-        cmocka_unit_test(test_malformed_index_messages),
         cmocka_unit_test(test_join_and_leave_while_putting),
         cmocka_unit_test(test_no_flap_while_a_member_joins),
         cmocka_unit_test(test_owners_relearn_after_holder_stall),
         cmocka_unit_test(test_join_moves_only_changed_keys),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest plain[] = {
+        cmocka_unit_test(test_put_on_a_lookup_on_c),
+        cmocka_unit_test(test_malformed_index_messages),
+    };
+    int rc = cmocka_run_group_tests_name("tls", tests, setup, teardown);
+    return rc | cmocka_run_group_tests_name("insecure", plain, setup_insecure, teardown);
 }

@@ -59,10 +59,11 @@ static Kvtier__PeersResp *peers(int i, Kvtier__Response **r)
     return (*r)->peers;
 }
 
-/* Every node sees the others alive with UCX endpoints both ways. */
+/* Every node sees the others alive with UCX endpoints both ways (30 s of
+ * slack: TLS handshakes and UCX start-up on a loaded machine). */
 static int wait_ready(void)
 {
-    for (int t = 0; t < 300; t++, usleep(50000)) {
+    for (int t = 0; t < 600; t++, usleep(50000)) {
         int ok = 1;
         for (int i = 0; i < N && ok; i++) {
             Kvtier__Response *r;
@@ -282,10 +283,11 @@ static void test_member_without_ucx(void **state)
     (void)state;
     struct tdaemon t = {0};
     char u[64];
-    snprintf(u, sizeof u, "tcp://127.0.0.1:%d", td_free_port());
-    const char *extra[] = {"--cluster.node_id", "9", "--cluster.listen", u,
-                           "--cluster.seeds", url[2], "--cluster.heartbeat_ms", "100",
-                           "--cluster.failure_timeout_ms", "2000", NULL};
+    snprintf(u, sizeof u, "tls+tcp://127.0.0.1:%d", td_free_port());
+    const char *extra[20] = {"--cluster.node_id", "8", "--cluster.listen", u,
+                             "--cluster.seeds", url[2], "--cluster.heartbeat_ms", "100",
+                             "--cluster.failure_timeout_ms", "2000"};
+    tc_tls_args(extra + 10, "node-8");
     const char *tls = getenv("UCX_TLS");
     char keep[32];
     snprintf(keep, sizeof keep, "%s", tls ? tls : "");

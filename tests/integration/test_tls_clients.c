@@ -91,9 +91,9 @@ static int setup(void **state)
              in_dir(cab, sizeof cab, "ca-b.pem"));
     const char *extra[] = {
         "--tcp", url_op,
-        "--tls-cert", in_dir(cert, sizeof cert, "server.pem"),
-        "--tls-key", in_dir(key, sizeof key, "server.key"),
-        "--tls-ca", in_dir(ca, sizeof ca, "ca-op.pem"),
+        "--daemon.tls_cert", in_dir(cert, sizeof cert, "server.pem"),
+        "--daemon.tls_key", in_dir(key, sizeof key, "server.key"),
+        "--daemon.tls_ca", in_dir(ca, sizeof ca, "ca-op.pem"),
         "--tenants.tenant", ta, "--tenants.tenant", tb, NULL};
     if (td_init(&D) != 0) return -1;
     return td_start(&D, extra);
@@ -250,8 +250,9 @@ static void test_client_needs_ca(void **state)
     assert_int_not_equal(kvt_connect(url_a, &c), KVT_OK);
 }
 
-/* Plain tcp only when asked for, with a warning; a missing key file or a
- * tls listener without certificate keep the daemon from starting. */
+/* Plain tcp only when asked for, with a warning; a missing key file, a
+ * tls listener without certificate or a key named without its section
+ * where two sections have it keep the daemon from starting. */
 static void test_insecure_and_bad_files(void **state)
 {
     (void)state;
@@ -269,16 +270,19 @@ static void test_insecure_and_bad_files(void **state)
     assert_int_equal(td_stop(&P), 0);
     td_cleanup(&P);
 
-    const char *missing[] = {"--tcp", url_op, "--tls-cert",
-                             in_dir(cert, sizeof cert, "server.pem"), "--tls-key",
-                             "/nonexistent/key.pem", "--tls-ca", cert, NULL};
+    const char *missing[] = {"--tcp", url_op, "--daemon.tls_cert",
+                             in_dir(cert, sizeof cert, "server.pem"), "--daemon.tls_key",
+                             "/nonexistent/key.pem", "--daemon.tls_ca", cert, NULL};
     snprintf(ta, sizeof ta, "name=a prefixes=a/ tls=%s ca=%s", url_a, cert);
     const char *no_cert[] = {"--tenants.tenant", ta, NULL};
-    const char *no_ca[] = {"--tcp", url_op, "--tls-cert", cert, "--tls-key", cert, NULL};
-    const char *const *bad[] = {missing, no_cert, no_ca};
+    const char *no_ca[] = {"--tcp", url_op, "--daemon.tls_cert", cert, "--daemon.tls_key", cert, NULL};
+    /* tls_cert is a key of [daemon] and of [cluster]: its section is wanted */
+    const char *bare[] = {"--tls-cert", cert, NULL};
+    const char *const *bad[] = {missing, no_cert, no_ca, bare};
     const char *says[] = {"/nonexistent/key.pem", "needs daemon.tls_cert",
-                          "daemon.tcp needs daemon.tls_ca"};
-    for (int i = 0; i < 3; i++) {
+                          "daemon.tcp needs daemon.tls_ca",
+                          "more than one section (daemon.tls_cert, cluster.tls_cert)"};
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(td_init(&P), 0);
         pid_t p = td_spawn(&P, bad[i]);
         assert_true(p > 0);

@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "tlsconf.h"
+
+#include <nng/protocol/pipeline0/push.h>
 
 int td_free_port(void)
 {
@@ -59,6 +62,25 @@ int td_init(struct tdaemon *d)
 
 pid_t td_spawn(struct tdaemon *d, const char *const *extra)
 {
+    return td_spawn_fd(d, extra, -1, NULL);
+}
+
+/* As systemd hands a service its stored fds: fd 3 and LISTEN_* naming it
+ * for this very process. */
+static void pass_listen_fd(int fd, const char *name)
+{
+    char pid[32];
+    if (fd < 0) return;
+    if (fd != 3 && dup2(fd, 3) != 3) _exit(126);
+    fcntl(3, F_SETFD, 0);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    setenv("LISTEN_FDNAMES", name, 1);
+}
+
+pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
+{
     char url[400];
     snprintf(url, sizeof url, "ipc://%s", d->sock);
     /* Port 0: every test daemon gets a free metrics port of its own. */
@@ -73,8 +95,9 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
         /* A test that dies or fails half-way must not leave daemons. */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(0);
-        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) dup2(fd, 2);
+        int lfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (lfd >= 0) dup2(lfd, 2);
+        pass_listen_fd(fd, name);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -83,8 +106,13 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
 
 int td_start(struct tdaemon *d, const char *const *extra)
 {
+    return td_start_fd(d, extra, -1, NULL);
+}
+
+int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
+{
     if (!d->dir[0] && td_init(d) != 0) return -1;
-    d->pid = td_spawn(d, extra);
+    d->pid = td_spawn_fd(d, extra, fd, name);
     if (d->pid < 0) return -1;
     long long deadline = td_now_ms() + (getenv("KVT_SAN") ? 20000 : 8000);
     while (td_now_ms() < deadline) {
@@ -202,9 +230,85 @@ void tc_init(struct tcluster *c, int n)
     c->n = n;
 }
 
+/* ------------------------------------------------------------ certificates */
+
+static char certdir[64];
+
+static void rm_certs(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", certdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", certdir);
+}
+
+const char *tc_certs(void)
+{
+    char cmd[256];
+    if (certdir[0]) return certdir;
+    if (system("openssl version >/dev/null 2>&1") != 0) {
+        printf("openssl CLI missing: skipped\n");
+        exit(77);
+    }
+    snprintf(certdir, sizeof certdir, "/tmp/kvt-certs-XXXXXX");
+    if (!mkdtemp(certdir)) abort();
+    atexit(rm_certs);
+    snprintf(cmd, sizeof cmd, "bash tests/lib/mkcerts.sh '%s' 8", certdir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "tests/lib/mkcerts.sh failed (run from the source root)\n");
+        abort();
+    }
+    return certdir;
+}
+
+int tc_tls_args(const char **argv, const char *name)
+{
+    static char paths[64][3][128];
+    static int next;
+    char (*p)[128] = paths[next++ % 64];
+    snprintf(p[0], sizeof p[0], "%s/ca.crt", tc_certs());
+    snprintf(p[1], sizeof p[1], "%s/%s.crt", tc_certs(), name);
+    snprintf(p[2], sizeof p[2], "%s/%s.key", tc_certs(), name);
+    argv[0] = "--cluster.tls_ca", argv[1] = p[0];
+    argv[2] = "--cluster.tls_cert", argv[3] = p[1];
+    argv[4] = "--cluster.tls_key", argv[5] = p[2];
+    return 6;
+}
+
+/* A client TLS config that presents no certificate. */
+static int bare_tls(nng_tls_config **cfg, const char *ca)
+{
+    int rv = nng_tls_config_alloc(cfg, NNG_TLS_MODE_CLIENT);
+    if (rv == 0) rv = nng_tls_config_ca_file(*cfg, ca);
+    return rv;
+}
+
+int tc_dial(nng_socket *s, const char *url, const char *name, int foreign)
+{
+    char ca[128], crt[128], key[128], err[256];
+    nng_tls_config *cfg = NULL;
+    nng_dialer dl;
+    int rv = nng_push0_open(s);
+    if (rv == 0) rv = nng_dialer_create(&dl, *s, url);
+    if (rv != 0 || strncmp(url, "tls+", 4) != 0) return rv ? rv : nng_dialer_start(dl, 0);
+    snprintf(ca, sizeof ca, "%s/%s.crt", tc_certs(), foreign ? "foreign-ca" : "ca");
+    snprintf(crt, sizeof crt, "%s/%s.crt", tc_certs(), name ? name : "");
+    snprintf(key, sizeof key, "%s/%s.key", tc_certs(), name ? name : "");
+    struct tlsconf_files f = {ca, crt, key};
+    if (name && tlsconf_build(&cfg, 0, &f, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "tc_dial: %s\n", err);
+        return NNG_EINVAL;
+    }
+    if (!name && (rv = bare_tls(&cfg, ca)) != 0) return rv;
+    rv = nng_dialer_set_ptr(dl, NNG_OPT_TLS_CONFIG, cfg);
+    nng_tls_config_free(cfg);
+    return rv ? rv : nng_dialer_start(dl, 0);
+}
+
+/* ---------------------------------------------------------------- clusters */
+
 static int start_once(struct tcluster *c, int i, int fail_ms, const char *const *extra)
 {
-    char id[16], fail[32];
+    char id[16], fail[32], cert[32];
     const char *argv[64] = {"--cluster.node_id", id, "--cluster.listen", c->url[i],
                             "--cluster.seeds", i ? c->url[c->seed[i]] : "",
                             "--cluster.heartbeat_ms", "100",
@@ -212,6 +316,13 @@ static int start_once(struct tcluster *c, int i, int fail_ms, const char *const 
     int n = 10;
     snprintf(id, sizeof id, "%d", i + 1);
     snprintf(fail, sizeof fail, "%d", fail_ms);
+    snprintf(cert, sizeof cert, "node-%d", i + 1);
+    if (c->insecure) {
+        argv[n++] = "--cluster.insecure";
+        argv[n++] = "1";
+    } else {
+        n += tc_tls_args(argv + n, c->cert[i] ? c->cert[i] : cert);
+    }
     for (int k = 0; extra && extra[k] && n < 62; k++) argv[n++] = extra[k];
     argv[n] = NULL;
     return td_start(&c->d[i], argv);
@@ -223,7 +334,8 @@ int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra)
 {
     for (int tries = 0; tries < 3; tries++) {
         if (tries || !c->url[i][0])
-            snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d", td_free_port());
+            snprintf(c->url[i], sizeof c->url[i], "%s://127.0.0.1:%d",
+                     c->insecure ? "tcp" : "tls+tcp", td_free_port());
         if (start_once(c, i, fail_ms, extra) == 0) {
             if (c->c[i]) kvt_close(c->c[i]); /* a restart: the old one's */
             c->c[i] = td_connect(&c->d[i]);
@@ -276,7 +388,7 @@ static int view_ok(struct tcluster *c, int i, int alive, int ucx)
 
 int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx)
 {
-    for (int t = 0; t < 300; t++, usleep(50000))
+    for (int t = 0; t < 600; t++, usleep(50000))
         if (view_ok(c, i, alive, ucx)) return 0;
     fprintf(stderr, "node %d: %d live members not seen\n", i + 1, alive);
     return -1;

@@ -10,6 +10,8 @@
 
 #include <sys/types.h>
 
+#include <nng/nng.h>
+
 #include "kvtier.h"
 
 struct tdaemon {
@@ -27,6 +29,11 @@ int td_init(struct tdaemon *d);
 int td_start(struct tdaemon *d, const char *const *extra);
 /* Start without waiting; returns the pid. */
 pid_t td_spawn(struct tdaemon *d, const char *const *extra);
+/* The same two, handing fd (if >= 0) to the daemon as systemd hands back
+ * a stored fd: as fd 3, with LISTEN_FDS=1, LISTEN_FDNAMES=name and
+ * LISTEN_PID=its pid. */
+int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
+pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
 /* Wait for the process to exit (up to ms); its exit status or -1. */
 int td_wait_exit(pid_t pid, int ms);
 /* SIGTERM and wait; returns the exit status (0 = clean). */
@@ -53,14 +60,20 @@ int td_alive(const struct tdaemon *d);
  * Clusters of real daemons on loopback: node i (0-based) has node id i+1,
  * listens on url[i] (a free port picked by tc_init) and is seeded by node
  * seed[i] (node 0 unless set; node 0 itself has no seed). Heartbeats every 100 ms; a node silent for fail_ms is dead.
+ * The control channel is TLS (tls+tcp://) with node i presenting
+ * tc_certs()/node-<i+1>.crt, unless insecure is set (tcp://,
+ * cluster.insecure = 1) or cert[i] names another certificate of
+ * tc_certs() ("foreign-4", "expired-2", ...).
  */
 #define TC_MAX 4
 struct tcluster {
     int n;
+    int insecure;
     struct tdaemon d[TC_MAX];
     char url[TC_MAX][64];
     kvt_client *c[TC_MAX]; /* one client per started node */
     int seed[TC_MAX];      /* node i's seed is node seed[i] (default 0) */
+    const char *cert[TC_MAX];
 };
 /* n nodes, none started; ports are picked as each starts. */
 void tc_init(struct tcluster *c, int n);
@@ -72,9 +85,21 @@ int tc_start(struct tcluster *c, int i, int fail_ms, const char *const *extra);
 int tc_stop(struct tcluster *c, int i);
 /* Stop every node, remove their files: 0, or -1 if one was unclean. */
 int tc_teardown(struct tcluster *c);
-/* Wait (up to 15 s) until node i sees `alive` members alive and, with
+/* Wait (up to 30 s) until node i sees `alive` members alive and, with
  * ucx set, has the peer tier and endpoints to them. 0, or -1. */
 int tc_wait_alive(struct tcluster *c, int i, int alive, int ucx);
+
+/* The directory of test certificates (tests/lib/mkcerts.sh: ca.crt,
+ * node-N, foreign-N, expired-N for N = 1..8), made once per process with
+ * the openssl CLI and removed at exit. Exits 77 (skip) without openssl. */
+const char *tc_certs(void);
+/* The --cluster.tls_* arguments for certificate `name` of tc_certs()
+ * into argv[0..6); returns 6. */
+int tc_tls_args(const char **argv, const char *name);
+/* Open a push socket on s and dial url: over TLS with certificate `name`
+ * of tc_certs() (NULL: none, only the CA) and the test CA (foreign: the
+ * other CA). Blocks until connected; the nng result. */
+int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
 
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);

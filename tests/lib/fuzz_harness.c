@@ -30,7 +30,7 @@ static void fuzz_init(void)
     fz->cfg.max_chunk_bytes = 4u << 20;
     fz->cfg.max_keys = 256;
     snprintf(fz_pool, sizeof fz_pool, "/dev/shm/kvt-fuzz-%d.pool", (int)getpid());
-    struct dram_opts o = {fz_pool, fz->cfg.pool_bytes, 0600, NULL};
+    struct dram_opts o = {fz_pool, fz->cfg.pool_bytes, 0600, NULL, 0, -1};
     if (dram_open(&o, &fz->dram, err, sizeof err) != KVT_OK ||
         idx_init(&fz->idx, fz->dram->bytes / DRAM_UNIT) != 0) {
         fprintf(stderr, "fuzz harness: %s\n", err);

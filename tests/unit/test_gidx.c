@@ -3,7 +3,9 @@
  * built by hand (no sockets: messages to members go nowhere): holders
  * published by a member are found by a LOOKUP that this node can answer
  * as an owner; drops and dead holders are misses; malformed index
- * messages are refused; after a membership change an owner keeps and
+ * messages are refused; a holder whose checksum differs from the first
+ * holder's is not added, nor one past cluster.index_max_per_peer; after
+ * a membership change an owner keeps and
  * answers from entries it no longer owns until the view has settled
  * (cluster.failure_timeout_ms), then drops them (issue 10). A LOOKUP that
  * would have to wait on another owner cannot park here (the test's host
@@ -88,6 +90,8 @@ static struct cl_ctx *new_ctx(void)
     d->cfg.cluster_heartbeat_ms = 500;
     d->cfg.cluster_replicas = 2;
     d->cfg.cluster_lookup_ms = 500;
+    d->cfg.cluster_index_max_per_peer = 1048576;
+    d->cfg.cluster_pins_max_per_peer = 1024;
     return d;
 }
 static kvt_key K[NK];
@@ -129,25 +133,33 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Member m tells this node it holds (drop = 0) or dropped keys [a, b). */
-static void index_from(struct member *m, int a, int b, int drop)
+/* Member m tells this node it holds (drop = 0) or dropped keys [a, b),
+ * whose chunks have checksum sum (and 4096 bytes). */
+static void index_sum(struct member *m, int a, int b, int drop, uint64_t sum)
 {
     ProtobufCBinaryData kb[NK];
-    uint64_t nsh[NK];
+    uint64_t nsh[NK], cs[NK], sz[NK];
     protobuf_c_boolean dr[NK];
     for (int i = a; i < b; i++) {
         kb[i - a] = (ProtobufCBinaryData){KVT_KEY_LEN, K[i].b};
         nsh[i - a] = gx_ns_hash(NS);
         dr[i - a] = drop;
+        cs[i - a] = sum;
+        sz[i - a] = 4096;
     }
     Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
-    ix.n_keys = ix.n_ns_hash = ix.n_drop = (size_t)(b - a);
-    ix.keys = kb, ix.ns_hash = nsh, ix.drop = dr;
+    ix.n_keys = ix.n_ns_hash = ix.n_drop = ix.n_checksum = ix.n_size = (size_t)(b - a);
+    ix.keys = kb, ix.ns_hash = nsh, ix.drop = dr, ix.checksum = cs, ix.size = sz;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
     pm.index = &ix;
     assert_null(gx_check(D, m, &pm));
     gx_on_index(D, m, &pm);
+}
+
+static void index_from(struct member *m, int a, int b, int drop)
+{
+    index_sum(m, a, b, drop, 77);
 }
 
 /* LOOKUP keys [a, b) (none cached here): how many the cluster reports,
@@ -173,6 +185,43 @@ static uint64_t entries(void)
     Kvtier__PeersResp pr = KVTIER__PEERS_RESP__INIT;
     gx_fill_peers(D, &pr);
     return pr.index_entries;
+}
+
+static uint64_t conflicts(void)
+{
+    Kvtier__PeersResp pr = KVTIER__PEERS_RESP__INIT;
+    gx_fill_peers(D, &pr);
+    return pr.index_conflicts;
+}
+
+/* The first holder's checksum is the entry's: a holder whose copy differs
+ * is not added. A member holds at most cluster.index_max_per_peer
+ * entries; a drop gives room back. */
+static void test_committer_checksum_and_cap(void **state)
+{
+    (void)state;
+    struct member *m2 = cl_find(D->cl, 2), *m3 = add_member(3);
+    uint64_t c0 = conflicts();
+    index_sum(m2, 0, 4, 0, 77);                  /* committed by node 2 */
+    index_sum(m3, 0, 4, 0, 78);                  /* other bytes: refused */
+    assert_int_equal(conflicts(), c0 + 4);
+    m2->state = KVTIER__PEER_STATE__PEER_DEAD;   /* so node 3 is not named */
+    assert_int_equal(lookup(0, 4, NULL), 0);
+    m2->state = KVTIER__PEER_STATE__PEER_ALIVE;
+    index_sum(m2, 0, 4, 1, 77);
+    assert_int_equal(entries(), 0);
+    D->cfg.cluster_index_max_per_peer = 4;
+    index_sum(m3, 0, 8, 0, 78);                  /* only 4 taken */
+    assert_int_equal(entries(), 4);
+    assert_int_equal(conflicts(), c0 + 8);
+    index_sum(m3, 0, 2, 1, 78);                  /* two dropped: room for two */
+    index_sum(m3, 4, 8, 0, 78);
+    assert_int_equal(entries(), 4);
+    assert_int_equal(conflicts(), c0 + 10);
+    index_sum(m3, 0, 8, 1, 78);
+    assert_int_equal(entries(), 0);
+    D->cfg.cluster_index_max_per_peer = 1048576;
+    D->cl->n--;                                   /* node 3 leaves the table */
 }
 
 /* Two nodes, two replicas: this node owns every key. */
@@ -209,6 +258,8 @@ static void test_malformed_refused(void **state)
     Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
     ix.keys = &kb, ix.n_keys = 1, ix.ns_hash = nsh, ix.n_ns_hash = 1;
     ix.drop = dr, ix.n_drop = 1;
+    uint64_t cs[1] = {0}, sz[1] = {4096};
+    ix.checksum = cs, ix.n_checksum = 1, ix.size = sz, ix.n_size = 1;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
     pm.index = &ix;
@@ -490,6 +541,8 @@ static int setup_wired(uint32_t nm, uint32_t slots, uint32_t replicas, uint32_t 
         Keys[i] = td_key(70000 + i);
         uint32_t s = idx_insert(&X, ns, &Keys[i]);
         if (s == IDX_NONE) return -1;
+        idx_at(&X, s)->size = 4096; /* published with the index update */
+        idx_at(&X, s)->csum = 77;
         idx_commit(&X, s, IDX_NONE, 0);
     }
     return gx_open(D); /* publishes what is held, as after a restart */
@@ -710,9 +763,10 @@ static void test_sweep_keeps_what_it_owns(void **state)
     for (uint32_t i = 0; i < NKEYS; i++) {
         k[i] = td_key(50000 + i);
         kb[0] = (ProtobufCBinaryData){KVT_KEY_LEN, k[i].b};
+        uint64_t cs = 77, sz = 4096;
         Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
-        ix.n_keys = ix.n_ns_hash = ix.n_drop = 1;
-        ix.keys = kb, ix.ns_hash = &nsh, ix.drop = &dr;
+        ix.n_keys = ix.n_ns_hash = ix.n_drop = ix.n_checksum = ix.n_size = 1;
+        ix.keys = kb, ix.ns_hash = &nsh, ix.drop = &dr, ix.checksum = &cs, ix.size = &sz;
         Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
         pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
         pm.index = &ix;
@@ -766,9 +820,10 @@ static void test_leave_hands_off(void **state)
         uint32_t n = owners_of(&Keys[i], nsh, v, nv, 2, o);
         if (!in_set(o, n, 1)) continue;
         kb[0] = (ProtobufCBinaryData){KVT_KEY_LEN, Keys[i].b};
+        uint64_t cs = 77, sz = 4096;
         Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
-        ix.n_keys = ix.n_ns_hash = ix.n_drop = 1;
-        ix.keys = kb, ix.ns_hash = &nsh, ix.drop = &dr;
+        ix.n_keys = ix.n_ns_hash = ix.n_drop = ix.n_checksum = ix.n_size = 1;
+        ix.keys = kb, ix.ns_hash = &nsh, ix.drop = &dr, ix.checksum = &cs, ix.size = &sz;
         Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
         pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
         pm.index = &ix;
@@ -798,9 +853,11 @@ static void test_handoff_malformed_refused(void **state)
     uint64_t nsh[2] = {1, 1};
     protobuf_c_boolean dr[2] = {0, 0};
     uint32_t holder[2] = {3, 0};
+    uint64_t cs[2] = {77, 77}, sz[2] = {4096, 4096};
     Kvtier__PeerIndex ix = KVTIER__PEER_INDEX__INIT;
-    ix.n_keys = ix.n_ns_hash = ix.n_drop = 2;
+    ix.n_keys = ix.n_ns_hash = ix.n_drop = ix.n_checksum = ix.n_size = 2;
     ix.keys = kb, ix.ns_hash = nsh, ix.drop = dr, ix.holder = holder, ix.n_holder = 2;
+    ix.checksum = cs, ix.size = sz;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_INDEX;
     pm.index = &ix;
@@ -852,6 +909,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_holders_found_drops_and_dead_missed),
         cmocka_unit_test(test_malformed_refused),
+        cmocka_unit_test(test_committer_checksum_and_cap),
         cmocka_unit_test(test_handoff_malformed_refused),
         cmocka_unit_test(test_unowned_kept_until_settled),
         cmocka_unit_test(test_delta_single_change_vs_brute_force),

@@ -263,7 +263,7 @@ static int setup(void **state)
     snprintf(H.dir, sizeof H.dir, "/tmp/kvt-tier-nvme-XXXXXX");
     if (!mkdtemp(H.dir)) return -1;
     snprintf(H.pool, sizeof H.pool, "/dev/shm/kvt-tier-nvme-%d.pool", (int)getpid());
-    struct dram_opts o = {H.pool, POOL, 0600, NULL};
+    struct dram_opts o = {H.pool, POOL, 0600, NULL, 0, -1};
     if (dram_open(&o, &H.dram, err, sizeof err) != KVT_OK) return -1;
     if (idx_init(&H.idx, index_slots()) != 0) return -1;
     H.idx.nv_active = 1;

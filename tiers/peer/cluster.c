@@ -21,6 +21,24 @@
  * carry the sender's live members (new ids are learned from them and sent
  * a Join) and echo the last send time heard from the receiver, giving the
  * round trip without a second message.
+ *
+ * Identity (cluster.tls_*, the default): the control channel is nng's
+ * tls+tcp with mutual authentication against cluster.tls_ca, so nothing
+ * without a certificate from that CA reaches apply(). nng 1.5 does not
+ * tell a listener which certificate a pipe presented, so the id a message
+ * claims is proven the other way round: every dial to member N requires
+ * the name kvtier-node-N in the certificate of whoever answers there, and
+ * the messages sent on it carry a random secret (auth_chal) made for N.
+ * Only N's certificate can read it; N echoes it (auth_proof) in what it
+ * sends back. A message whose proof does not match the secret made for
+ * the id it claims is refused and counted (unproven); it changes nothing
+ * but may answer a Join (over the named dial, so the real N learns our
+ * secret and a restarted N is let in a heartbeat later). A member's
+ * address moves only on a proven message, or while it is not alive (the
+ * new address is dialled with N's name required, so only N can answer
+ * there). The UCX rkey, worker address and pool base go only to members
+ * that proved their id. cluster.insecure = 1 keeps plain tcp, where every
+ * claim is believed: a warning in the log, kvtierctl peers and metrics.
  */
 #include "cluster.h"
 
@@ -33,12 +51,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "cluster_int.h"
 #include "peer.h"
+#include "tlsconf.h"
 
 /* ns on the monotonic clock (heartbeat round trips, incarnations). */
 static uint64_t mono_ns(void)
@@ -103,18 +123,48 @@ static struct member *find_seed(struct cluster *c, const char *addr)
     return NULL;
 }
 
-static void member_dial(struct member *m)
+static void tls_files(const struct cl_ctx *d, struct tlsconf_files *f)
 {
+    f->ca = d->cfg.cluster_tls_ca;
+    f->cert = d->cfg.cluster_tls_cert;
+    f->key = d->cfg.cluster_tls_key;
+}
+
+/* The dialer's TLS: our certificate, the CA, and m's node name required
+ * in the certificate that answers (none for a seed not heard from). */
+static int dial_tls(struct cl_ctx *d, struct member *m, nng_dialer dl)
+{
+    char name[32], err[256];
+    struct tlsconf_files f;
+    nng_tls_config *cfg;
+    tls_files(d, &f);
+    snprintf(name, sizeof name, "kvtier-node-%u", (unsigned)m->id);
+    if (tlsconf_build(&cfg, 0, &f, m->id ? name : NULL, err, sizeof err) != 0) {
+        log_warn("cluster", "dial %s: %s", m->addr, err);
+        return NNG_EINVAL;
+    }
+    int rv = nng_dialer_set_ptr(dl, NNG_OPT_TLS_CONFIG, cfg);
+    nng_tls_config_free(cfg);
+    m->named = rv == 0 && m->id != 0;
+    return rv;
+}
+
+static void member_dial(struct cl_ctx *d, struct member *m)
+{
+    nng_dialer dl;
+    m->named = 0;
     if (nng_push0_open(&m->push) != 0) return;
+    m->open = 1;
     nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 50);
     nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 500);
     nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 0);
     /* Room for bursts (pins, index batches): a send fails only when the
      * peer is gone or this far behind. */
     nng_socket_set_int(m->push, NNG_OPT_SENDBUF, 1024);
-    int rv = nng_dial(m->push, m->addr, NULL, NNG_FLAG_NONBLOCK);
+    int rv = nng_dialer_create(&dl, m->push, m->addr);
+    if (rv == 0 && d->cl->tls) rv = dial_tls(d, m, dl);
+    if (rv == 0) rv = nng_dialer_start(dl, NNG_FLAG_NONBLOCK);
     if (rv != 0) log_warn("cluster", "dial %s: %s", m->addr, nng_strerror(rv));
-    m->open = 1;
 }
 
 static void member_undial(struct member *m)
@@ -124,9 +174,10 @@ static void member_undial(struct member *m)
 }
 
 /* A new table entry (JOINING) dialled at addr; NULL when full. */
-static struct member *member_add(struct cluster *c, uint32_t id, const char *addr,
+static struct member *member_add(struct cl_ctx *d, uint32_t id, const char *addr,
                                  uint64_t inc)
 {
+    struct cluster *c = d->cl;
     if (c->n == CL_MAX_MEMBERS) return NULL;
     struct member *m = &c->m[c->n++];
     memset(m, 0, sizeof *m);
@@ -134,8 +185,28 @@ static struct member *member_add(struct cluster *c, uint32_t id, const char *add
     snprintf(m->addr, sizeof m->addr, "%s", addr);
     m->inc = inc;
     m->state = KVTIER__PEER_STATE__PEER_JOINING;
-    member_dial(m);
+    if (getrandom(m->chal, sizeof m->chal, 0) != (ssize_t)sizeof m->chal) abort();
+    member_dial(d, m);
     return m;
+}
+
+/* A seed's id is now known: over TLS, dial it again requiring its name,
+ * so that our secret for it can travel. */
+static void member_named(struct cl_ctx *d, struct member *m, uint32_t id)
+{
+    m->id = id;
+    if (!d->cl->tls) return;
+    member_undial(m);
+    member_dial(d, m);
+}
+
+/* Dial m at a new address (its id proven, or it is not alive). */
+static void member_move(struct cl_ctx *d, struct member *m, const char *addr)
+{
+    log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, addr);
+    member_undial(m);
+    snprintf(m->addr, sizeof m->addr, "%s", addr);
+    member_dial(d, m);
 }
 
 static const char *state_name(int s)
@@ -156,7 +227,7 @@ static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
     const void *a, *r;
     size_t al, rl;
     pm->have_ucx = peer_conn_ok(m->conn);
-    if (!c->pt || m->ucx_acked || (pm->body_case != KVTIER__PEER_MSG__BODY_JOIN &&
+    if (!c->pt || m->ucx_acked || (c->tls && !m->proven) || (pm->body_case != KVTIER__PEER_MSG__BODY_JOIN &&
                                    pm->body_case != KVTIER__PEER_MSG__BODY_HEARTBEAT))
         return;
     peer_self(c->pt, &a, &al, &r, &rl, &pm->pool_base);
@@ -169,6 +240,9 @@ void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
     struct cluster *c = d->cl;
     if (!m) return;
     attach_ucx(c, m, pm);
+    if (c->tls && m->named) pm->auth_chal = (ProtobufCBinaryData){CL_TOK, m->chal};
+    if (c->tls && m->have_proof)
+        pm->auth_proof = (ProtobufCBinaryData){CL_TOK, m->proof};
     pm->node_id = c->self_id;
     pm->addr = c->self_addr;
     pm->incarnation = c->inc;
@@ -186,6 +260,7 @@ void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
 
 static void send_join(struct cl_ctx *d, struct member *m)
 {
+    if (!m) return;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     Kvtier__PeerJoin j = KVTIER__PEER_JOIN__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_JOIN;
@@ -252,6 +327,7 @@ static void set_state(struct cl_ctx *d, struct member *m, int st, const char *wh
              (unsigned long long)(c->epoch + 1));
     int was_alive = m->state == KVTIER__PEER_STATE__PEER_ALIVE;
     m->state = st;
+    if (st == KVTIER__PEER_STATE__PEER_ALIVE) m->alive_ms = cl_clock(d);
     c->epoch++;
     if (was_alive || st == KVTIER__PEER_STATE__PEER_ALIVE)
         gx_membership(d, m->id, st == KVTIER__PEER_STATE__PEER_ALIVE);
@@ -263,6 +339,7 @@ static void heard(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
 {
     uint64_t now = cl_clock(d);
     int rejoin = m->inc != 0 && pm->incarnation > m->inc;
+    m->proven = 1;
     if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
         if (rejoin) pg_member_down(d, m); /* its UCX endpoint is stale */
         if (rejoin) m->state = KVTIER__PEER_STATE__PEER_DEAD; /* forces a change */
@@ -276,9 +353,10 @@ static void heard(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
     m->echo_rx_ns = mono_ns();
 }
 
-static int valid_addr(const char *a)
+static int valid_addr(const struct cluster *c, const char *a)
 {
-    return a && !strncmp(a, "tcp://", 6) && strlen(a) > 6 && strlen(a) < CL_ADDR_MAX;
+    size_t n = strlen(c->scheme);
+    return a && !strncmp(a, c->scheme, n) && strlen(a) > n && strlen(a) < CL_ADDR_MAX;
 }
 
 /* Members the sender holds alive: learn the ids we lack. */
@@ -287,13 +365,14 @@ static void learn(struct cl_ctx *d, const Kvtier__PeerHeartbeat *hb)
     struct cluster *c = d->cl;
     for (size_t i = 0; i < hb->n_members; i++) {
         const Kvtier__PeerMember *pm = hb->members[i];
-        if (!pm->node_id || pm->node_id == c->self_id || !valid_addr(pm->addr)) continue;
+        if (!pm->node_id || pm->node_id == c->self_id || !valid_addr(c, pm->addr))
+            continue;
         struct member *m = cl_find(c, pm->node_id);
         if (m) continue;
         if ((m = find_seed(c, pm->addr))) {
-            m->id = pm->node_id;
+            member_named(d, m, pm->node_id);
             m->inc = pm->incarnation;
-        } else if ((m = member_add(c, pm->node_id, pm->addr, pm->incarnation))) {
+        } else if ((m = member_add(d, pm->node_id, pm->addr, pm->incarnation))) {
             log_info("cluster", "learned member %u (%s)", (unsigned)m->id, m->addr);
         }
         if (m) send_join(d, m);
@@ -310,29 +389,88 @@ static void on_heartbeat(struct cl_ctx *d, struct member *m, const Kvtier__PeerM
     learn(d, hb);
 }
 
+/* May a Join naming m move it to another address? Plain tcp: a newer
+ * incarnation may. TLS: a proven sender may, and anyone may while m is
+ * not alive, since the new address is dialled with m's name required. */
+static int may_move(const struct cluster *c, const struct member *m,
+                    const Kvtier__PeerMsg *pm, int ok)
+{
+    if (!c->tls) return pm->incarnation > m->inc;
+    return ok || !cl_alive(m);
+}
+
 /* A Join: add or adopt the sender, then answer with our view at once. */
-static struct member *on_join(struct cl_ctx *d, const Kvtier__PeerMsg *pm)
+static struct member *on_join(struct cl_ctx *d, const Kvtier__PeerMsg *pm, int ok)
 {
     struct cluster *c = d->cl;
     struct member *m = cl_find(c, pm->node_id);
     if (m && strcmp(m->addr, pm->addr) != 0) {
-        if (pm->incarnation <= m->inc) return NULL; /* an old claim: keep ours */
-        log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, pm->addr);
-        member_undial(m);
-        snprintf(m->addr, sizeof m->addr, "%s", pm->addr);
-        member_dial(m);
+        if (!may_move(c, m, pm, ok)) return NULL; /* keep ours */
+        member_move(d, m, pm->addr);
     }
-    if (!m && (m = find_seed(c, pm->addr))) m->id = pm->node_id;
-    if (!m) m = member_add(c, pm->node_id, pm->addr, 0);
+    if (!m && (m = find_seed(c, pm->addr))) member_named(d, m, pm->node_id);
+    if (!m) m = member_add(d, pm->node_id, pm->addr, 0);
     return m;
+}
+
+/* Incarnations are start times in microseconds: one far in the future
+ * would make every later message of the real node look old. */
+static int sane_incarnation(uint64_t inc)
+{
+    return inc <= ((uint64_t)time(NULL) + 86400) * 1000000ull;
 }
 
 static const char *check_sender(const struct cluster *c, const Kvtier__PeerMsg *pm)
 {
     if (pm->body_case == KVTIER__PEER_MSG__BODY__NOT_SET) return "no body";
-    if (pm->node_id == 0 || !valid_addr(pm->addr)) return "bad sender identity";
+    if (pm->node_id == 0 || !valid_addr(c, pm->addr)) return "bad sender identity";
     if (pm->node_id == c->self_id) return "sender claims this node's id";
+    if (!sane_incarnation(pm->incarnation)) return "incarnation in the future";
     return NULL;
+}
+
+/* ------------------------------------------------------------- identity */
+
+/* 1 if pm may speak for m: plain tcp believes the claim; over TLS, pm
+ * must echo the secret that only m's certificate could read. */
+static int proven(const struct cluster *c, const struct member *m,
+                  const Kvtier__PeerMsg *pm)
+{
+    if (!c->tls) return 1;
+    if (!m || m->id != pm->node_id || pm->auth_proof.len != CL_TOK) return 0;
+    uint8_t diff = 0;
+    for (int i = 0; i < CL_TOK; i++) diff |= pm->auth_proof.data[i] ^ m->chal[i];
+    return diff == 0;
+}
+
+/* Keep the secret m's sender made for us, to echo. A proven message, a
+ * Join (a restarted node has a new one) or a first one may set it. */
+static void take_chal(const struct cluster *c, struct member *m, const Kvtier__PeerMsg *pm,
+                      int ok)
+{
+    if (!c->tls || pm->auth_chal.len != CL_TOK) return;
+    if (!ok && m->have_proof && pm->body_case != KVTIER__PEER_MSG__BODY_JOIN) return;
+    memcpy(m->proof, pm->auth_chal.data, CL_TOK);
+    m->have_proof = 1;
+}
+
+static void send_join(struct cl_ctx *d, struct member *m);
+
+/* A message whose claimed id is not proven: refused and counted. A Join
+ * is answered (at most once a heartbeat) over the named dial, so the
+ * real holder of that id learns our secret and proves itself next time. */
+static void on_unproven(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    struct cluster *c = d->cl;
+    uint64_t now = cl_clock(d);
+    int join = pm->body_case == KVTIER__PEER_MSG__BODY_JOIN;
+    if (!join) c->unproven++; /* a Join unproven is how every node enters */
+    cl_reject(c, pm, "sender's node id not proven");
+    if (!join || !m->named ||
+        (m->last_unproven_ms && now - m->last_unproven_ms < d->cfg.cluster_heartbeat_ms))
+        return;
+    m->last_unproven_ms = now;
+    send_join(d, m);
 }
 
 /* m's UCX identity: connect once (again after the endpoint failed). */
@@ -358,7 +496,11 @@ static void learn_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg 
 static void on_join_from_alive(struct cl_ctx *d, struct member *m)
 {
     send_heartbeat(d, m);
-    gx_republish(d, m->id);
+    /* Over TLS a joiner proves itself before it hears us prove ourselves,
+     * so its next Join may cross our answer: what it was just sent as a
+     * new member needs no resend. */
+    if (cl_clock(d) - m->alive_ms >= 2 * d->cfg.cluster_heartbeat_ms)
+        gx_republish(d, m->id);
 }
 
 static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
@@ -370,7 +512,11 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
         if (was_alive) on_join_from_alive(d, m);
         else send_heartbeat(d, m);
         break;
-    case KVTIER__PEER_MSG__BODY_HEARTBEAT: on_heartbeat(d, m, pm); break;
+    case KVTIER__PEER_MSG__BODY_HEARTBEAT:
+        on_heartbeat(d, m, pm);
+        /* Just proven: our UCX identity goes back now, not a tick later */
+        if (!was_alive && d->cl->tls) send_heartbeat(d, m);
+        break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_HOLDERS: gx_on_holders(d, m, pm); break;
@@ -394,11 +540,16 @@ static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
         return;
     }
     struct member *m = cl_find(c, pm->node_id);
-    if (!m && (m = find_seed(c, pm->addr))) m->id = pm->node_id; /* configured */
-    if (pm->body_case == KVTIER__PEER_MSG__BODY_JOIN) m = on_join(d, pm);
+    if (!m && (m = find_seed(c, pm->addr))) member_named(d, m, pm->node_id);
+    int ok = proven(c, m, pm);
+    if (pm->body_case == KVTIER__PEER_MSG__BODY_JOIN) m = on_join(d, pm, ok);
     else if (m && strcmp(m->addr, pm->addr) != 0) m = NULL;
+    if (m) take_chal(c, m, pm, ok);
     if (!m) {
+        if (c->tls && cl_find(c, pm->node_id)) c->unproven++; /* a member's id */
         cl_reject(c, pm, "not a member");
+    } else if (!ok) {
+        on_unproven(d, m, pm);
     } else if (m->inc && pm->incarnation < m->inc) {
         cl_reject(c, pm, "an old incarnation");
     } else if ((why = gx_check(d, m, pm)) || (why = pg_check(d, m, pm))) {
@@ -460,23 +611,44 @@ static void add_seeds(struct cl_ctx *d)
     snprintf(buf, sizeof buf, "%s", d->cfg.cluster_seeds);
     for (char *s = strtok_r(buf, ", ", &save); s; s = strtok_r(NULL, ", ", &save)) {
         if (!strcmp(s, d->cl->self_addr)) continue;
-        if (!valid_addr(s)) {
-            log_warn("cluster", "seed '%s' ignored: want tcp://host:port", s);
+        if (!valid_addr(d->cl, s)) {
+            log_warn("cluster", "seed '%s' ignored: want %shost:port", s, d->cl->scheme);
             continue;
         }
-        if (!find_seed(d->cl, s)) member_add(d->cl, 0, s, 0);
+        if (!find_seed(d->cl, s)) member_add(d, 0, s, 0);
     }
 }
 
-static int listen_pull(struct cluster *c)
+/* The listener's TLS: a client certificate from the CA is required, so a
+ * node without one never gets a message through. */
+static int listen_tls(struct cl_ctx *d, nng_listener l)
 {
+    char err[256];
+    struct tlsconf_files f;
+    nng_tls_config *cfg;
+    tls_files(d, &f);
+    if (tlsconf_build(&cfg, 1, &f, NULL, err, sizeof err) != 0) {
+        log_error("cluster", "TLS: %s", err);
+        return NNG_EINVAL;
+    }
+    int rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+    nng_tls_config_free(cfg);
+    return rv;
+}
+
+static int listen_pull(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    nng_listener l;
     int rv = nng_pull0_open(&c->pull);
     if (rv == 0) {
         c->pull_open = 1;
         nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, CL_MAX_MSG);
         rv = nng_aio_alloc(&c->aio, recv_cb, c);
     }
-    if (rv == 0) rv = nng_listen(c->pull, c->self_addr, NULL, 0);
+    if (rv == 0) rv = nng_listener_create(&l, c->pull, c->self_addr);
+    if (rv == 0 && c->tls) rv = listen_tls(d, l);
+    if (rv == 0) rv = nng_listener_start(l, 0);
     if (rv != 0) {
         log_error("cluster", "cannot listen on %s: %s", c->self_addr, nng_strerror(rv));
         return -1;
@@ -540,7 +712,13 @@ int cluster_open(struct cl_ctx *d)
     snprintf(c->self_addr, sizeof c->self_addr, "%.*s", CL_ADDR_MAX - 1,
              d->cfg.cluster_listen);
     c->inc = (uint64_t)time(NULL) * 1000000ull + mono_ns() / 1000 % 1000000ull;
-    if (c->efd < 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX || listen_pull(c) != 0) {
+    c->tls = !d->cfg.cluster_insecure;
+    c->scheme = c->tls ? "tls+tcp://" : "tcp://";
+    if (!c->tls)
+        log_warn("cluster", "cluster.insecure = 1: plain tcp without authentication; "
+                 "anyone who reaches %s can join, read the pool and poison the index",
+                 c->self_addr);
+    if (c->efd < 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX || listen_pull(d) != 0) {
         if (c->efd < 0) log_error("cluster", "eventfd: %s", strerror(errno));
         return -1;
     }
@@ -619,6 +797,8 @@ void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp)
     pr->epoch = c->epoch;
     pr->incarnation = c->inc;
     pr->rejected = c->rejected;
+    pr->insecure = !c->tls;
+    pr->unproven = c->unproven;
     gx_fill_peers(d, pr);
     pg_fill_peers(d, pr);
     pr->peers = d->host->req_alloc(r, (c->n + 1) * sizeof *pr->peers);
@@ -637,4 +817,10 @@ int cluster_peer_fd(const struct cl_ctx *d)
 void cluster_peer_poll(struct cl_ctx *d)
 {
     if (d->cl) pg_poll(d);
+}
+
+int cluster_security(const struct cl_ctx *d, uint64_t *unproven)
+{
+    *unproven = d->cl ? d->cl->unproven : 0;
+    return d->cl && !d->cl->tls;
 }

@@ -29,6 +29,12 @@ struct cl_conf {
     char cluster_listen[CL_STR_MAX];
     char cluster_seeds[CL_STR_MAX];
     char cluster_membership[CL_STR_MAX];
+    char cluster_tls_cert[CL_STR_MAX]; /* PEM files of the control channel's TLS */
+    char cluster_tls_key[CL_STR_MAX];
+    char cluster_tls_ca[CL_STR_MAX];
+    uint64_t cluster_insecure;           /* 1: plain tcp, no authentication */
+    uint64_t cluster_index_max_per_peer; /* index entries naming one member */
+    uint64_t cluster_pins_max_per_peer;  /* pins one member holds here */
     uint64_t cluster_node_id, cluster_heartbeat_ms, cluster_failure_ms;
     uint64_t cluster_replicas, cluster_lookup_ms, cluster_ucx_wakeup;
     uint64_t lease_timeout_ms, max_chunk_bytes, max_keys, nvme_get_deadline_ms;
@@ -70,6 +76,9 @@ void cluster_index_stats(struct cl_ctx *d, struct cluster_index_stats *st);
 /* The peer tier's fd for the core's epoll (-1: none), and its handler. */
 int cluster_peer_fd(const struct cl_ctx *d);
 void cluster_peer_poll(struct cl_ctx *d);
+/* 1 if the cluster runs without TLS (cluster.insecure); *unproven gets
+ * the messages refused because their sender's id was not proven. */
+int cluster_security(const struct cl_ctx *d, uint64_t *unproven);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
 void cluster_close(struct cl_ctx *d);
 

@@ -18,6 +18,7 @@
 #define CL_ADDR_MAX 128
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
+#define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
 
 struct member {
     uint32_t id;             /* 0: a seed not heard from yet */
@@ -33,6 +34,16 @@ struct member {
     struct peer_conn *conn;  /* UCX endpoint to it (pget.c), or NULL */
     int ucx_acked;           /* it has an endpoint to us */
     int ucx_warned;          /* said once that no endpoint could be made */
+    /* Identity over TLS (cluster.c, "Identity"): chal is our secret for
+     * it, sent only over a dial that requires its node name (named);
+     * proof is its secret for us, echoed in what we send it. proven: it
+     * has echoed chal since it entered the table. */
+    uint8_t chal[CL_TOK], proof[CL_TOK];
+    int named, have_proof, proven;
+    uint64_t last_unproven_ms; /* when an unproven Join from it was answered */
+    uint64_t alive_ms;       /* when it was last marked alive */
+    uint64_t gx_holds;       /* gidx.c: entries naming it a holder */
+    uint64_t pins_held;      /* pget.c: its PeerPins held here */
 };
 
 struct qmsg {
@@ -57,6 +68,9 @@ struct cluster {
     uint32_t self_id;
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
+    int tls;                /* 0: cluster.insecure (plain tcp, claims trusted) */
+    const char *scheme;     /* "tls+tcp://" or "tcp://" */
+    uint64_t unproven;      /* messages refused: the claimed id was not proven */
     struct gidx *gx;       /* gidx.c */
     struct peer_tier *pt;  /* UCX (tiers/peer/peer.c), or NULL */
     struct pgs *pg;        /* pget.c */
@@ -124,12 +138,17 @@ void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
 void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
 void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr);
 uint64_t gx_ns_hash(const char *ns);
+/* What the owners recorded of a chunk: its committer's checksum and size. */
+struct gx_sum {
+    uint64_t csum, size;
+};
 /* Find a live holder other than this node for each of keys[0..n) (all in
- * one namespace): done(d, arg, holders, n) is called exactly once, with
- * holders[i] a member id or 0, within cluster.lookup_timeout_ms, maybe
- * before gx_resolve returns. keys must stay valid until then. */
+ * one namespace): done(d, arg, holders, sums, n) is called exactly once,
+ * with holders[i] a member id or 0 and sums[i] what the owner that named
+ * it recorded, within cluster.lookup_timeout_ms, maybe before gx_resolve
+ * returns. keys must stay valid until then. */
 typedef void (*gx_done_fn)(struct cl_ctx *d, void *arg, const uint32_t *holders,
-                           uint32_t n);
+                           const struct gx_sum *sums, uint32_t n);
 void gx_resolve(struct cl_ctx *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
                 gx_done_fn done, void *arg);
 

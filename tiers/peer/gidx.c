@@ -67,6 +67,16 @@
  * elsewhere reported as TIER_PEER. If its client leaves first, park.c
  * drops it and its queries here (lookup_gone). A resolution for pget.c
  * has no client: its deadline is checked on the tick.
+ *
+ * Trust: an entry keeps the checksum and size of the chunk as its first
+ * holder -- the node that committed it -- published them (a handed-over
+ * entry carries what its last owner recorded); a later holder whose copy
+ * differs is not added (index_conflicts), and answers carry the entry's
+ * checksum and size, which a requester checks fetched bytes against
+ * (pget.c) instead of the holder's own word. Each member may be a holder
+ * in at most cluster.index_max_per_peer entries, and the table grows
+ * softly: an add that finds no memory is refused and counted, never an
+ * abort.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +103,8 @@
 struct gx_ent {
     kvt_key key;
     uint64_t nsh;
+    uint64_t csum; /* the committer's XXH3-64 */
+    uint32_t size; /* and size */
     uint32_t hold[GX_HOLDERS];
     uint32_t next; /* hash chain or free list */
     uint32_t oseq; /* the view change `above` reflects; 0: not counted yet */
@@ -110,6 +122,7 @@ struct gx_batch { /* index updates waiting for one owner */
     uint64_t nsh[GX_BATCH];
     uint32_t holder[GX_BATCH];
     protobuf_c_boolean drop[GX_BATCH];
+    uint64_t csum[GX_BATCH], size[GX_BATCH];
 };
 
 struct gx_change {
@@ -133,6 +146,7 @@ struct gpark { /* one parked LOOKUP, or a resolution for pget.c */
     kvt_key *keys;
     Kvtier__Tier *tiers;
     uint32_t *holder;  /* a live holder found, or 0 */
+    struct gx_sum *sum; /* the committer's checksum and size of each */
     gx_done_fn done;   /* gx_resolve: called instead of a reply */
     void *arg;
     struct gpark *next;
@@ -165,7 +179,7 @@ struct gidx {
     uint32_t n_batches;
     struct gq *qs;
     struct gpark *parks;
-    uint64_t next_qid, peer_hits, timeouts, moved, handed;
+    uint64_t next_qid, peer_hits, timeouts, moved, handed, conflicts;
 };
 
 static struct gidx *gx_of(struct cl_ctx *d)
@@ -210,17 +224,27 @@ static void rehash(struct gidx *g, uint32_t nbuckets)
     }
 }
 
+/* Room for one more entry at g->used; 0 when memory is short (the add
+ * is refused: the index is a hint, never worth an abort). */
+static int ent_grow(struct gidx *g)
+{
+    if (g->used < g->cap) return 1;
+    uint32_t cap = g->cap ? g->cap * 2 : 1024;
+    if (cap <= g->cap) return 0;
+    struct gx_ent *e = realloc(g->e, (size_t)cap * sizeof *e);
+    if (!e) return 0;
+    g->e = e;
+    g->cap = cap;
+    return 1;
+}
+
 static uint32_t ent_new(struct gidx *g, const kvt_key *k, uint64_t nsh)
 {
     uint32_t i = g->free_head;
     if (i != GX_NONE) {
         g->free_head = g->e[i].next;
     } else {
-        if (g->used == g->cap) {
-            g->cap = g->cap ? g->cap * 2 : 1024;
-            g->e = realloc(g->e, g->cap * sizeof *g->e);
-            if (!g->e) abort();
-        }
+        if (!ent_grow(g)) return GX_NONE;
         i = g->used++;
     }
     struct gx_ent *e = &g->e[i];
@@ -245,50 +269,95 @@ static void ent_free(struct gidx *g, uint32_t i)
     g->count--;
 }
 
-static void hold_del(struct gidx *g, uint32_t i, uint32_t id)
+/* Member id holds delta more entries (cluster.index_max_per_peer). */
+static void holds_adj(struct cl_ctx *d, uint32_t id, int delta)
+{
+    struct member *m = id == d->cl->self_id ? NULL : cl_find(d->cl, id);
+    if (m) m->gx_holds += delta;
+}
+
+/* Free entry i, its holders dropped from their counts. */
+static void ent_release(struct cl_ctx *d, struct gidx *g, uint32_t i)
+{
+    for (uint8_t j = 0; j < g->e[i].n; j++) holds_adj(d, g->e[i].hold[j], -1);
+    ent_free(g, i);
+}
+
+static void hold_del(struct cl_ctx *d, struct gidx *g, uint32_t i, uint32_t id)
 {
     struct gx_ent *e = &g->e[i];
     for (uint8_t j = 0; j < e->n; j++) {
         if (e->hold[j] != id) continue;
         e->hold[j] = e->hold[--e->n];
+        holds_adj(d, id, -1);
         break;
     }
     if (e->n == 0) ent_free(g, i);
 }
 
+/* May member id be added as a holder? Not past its cap. */
+static int may_hold(struct cl_ctx *d, uint32_t id)
+{
+    const struct member *m = id == d->cl->self_id ? NULL : cl_find(d->cl, id);
+    return !m || m->gx_holds < d->cfg.cluster_index_max_per_peer;
+}
+
+/* The entry for (k, nsh) with the committer's checksum and size (made
+ * for a first holder), or GX_NONE: no memory, or a copy that differs. */
+static uint32_t ent_for_add(struct gidx *g, const kvt_key *k, uint64_t nsh,
+                            const struct gx_sum *sum)
+{
+    uint32_t i = ent_find(g, k, nsh);
+    if (i != GX_NONE)
+        return g->e[i].csum == sum->csum && g->e[i].size == sum->size ? i : GX_NONE;
+    if (sum->size == 0 || sum->size > UINT32_MAX || (i = ent_new(g, k, nsh)) == GX_NONE)
+        return GX_NONE;
+    g->e[i].csum = sum->csum;
+    g->e[i].size = (uint32_t)sum->size;
+    return i;
+}
+
 static int replay_entry(struct cl_ctx *d, uint32_t i);
 
-/* Holder id holds (drop = 0) or no longer holds the chunk. A holder's
- * update is newer than every view change logged before it came, its own
- * departure included (a member is live again before anything it sends is
- * applied), so an entry the sweep has counted is first brought up to date
- * with those changes: otherwise the sweep, which waits for the view to
- * settle, would apply the departure of a holder that has since come back
- * (restarted, or taken for dead) to what it told since, and its keys
- * would be lost until it told them again. */
+/* Holder id holds (drop = 0) or no longer holds the chunk whose bytes
+ * have the checksum and size in sum. A holder's update is newer than
+ * every view change logged before it came, its own departure included (a
+ * member is live again before anything it sends is applied), so an entry
+ * the sweep has counted is first brought up to date with those changes:
+ * otherwise the sweep, which waits for the view to settle, would apply
+ * the departure of a holder that has since come back (restarted, or
+ * taken for dead) to what it told since, and its keys would be lost until
+ * it told them again. */
 static void gx_apply(struct cl_ctx *d, uint32_t id, const kvt_key *k, uint64_t nsh,
-                     int drop)
+                     int drop, const struct gx_sum *sum)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
     if (drop) {
-        if (i != GX_NONE) hold_del(g, i, id);
+        if (i != GX_NONE) hold_del(d, g, i, id);
         return;
     }
     if (i != GX_NONE && g->e[i].oseq && g->e[i].oseq != g->olog_base + g->olog_n &&
         !replay_entry(d, i))
         i = GX_NONE; /* its holders had all left */
-    if (i == GX_NONE) i = ent_new(g, k, nsh);
+    if (i != GX_NONE)
+        for (uint8_t j = 0; j < g->e[i].n; j++)
+            if (g->e[i].hold[j] == id) return;
+    if (!may_hold(d, id) || (i = ent_for_add(g, k, nsh, sum)) == GX_NONE) {
+        g->conflicts++;
+        return;
+    }
     struct gx_ent *e = &g->e[i];
-    for (uint8_t j = 0; j < e->n; j++)
-        if (e->hold[j] == id) return;
     if (e->n < GX_HOLDERS) {
         e->hold[e->n++] = id;
+        holds_adj(d, id, 1);
         return;
     }
     for (uint8_t j = 0; j < e->n; j++) /* full: replace one not alive */
         if (e->hold[j] != d->cl->self_id && !cl_alive(cl_find(d->cl, e->hold[j]))) {
+            holds_adj(d, e->hold[j], -1);
             e->hold[j] = id;
+            holds_adj(d, id, 1);
             return;
         }
 }
@@ -388,6 +457,9 @@ static void flush_batch(struct cl_ctx *d, struct gx_batch *b)
     ix.keys = kv;
     ix.ns_hash = b->nsh;
     ix.drop = b->drop;
+    ix.n_checksum = ix.n_size = b->n;
+    ix.checksum = b->csum;
+    ix.size = b->size;
     if (b->handoff) {
         ix.n_holder = b->n;
         ix.holder = b->holder;
@@ -442,24 +514,34 @@ static struct gx_batch *batch_for(struct cl_ctx *d, uint32_t owner)
 /* Queue "holder holds (or dropped) (k, nsh)" for owner; holder 0: this
  * node. urgent: a put or a drop, sent on the next tick. */
 static void queue_update(struct cl_ctx *d, uint32_t owner, const kvt_key *k, uint64_t nsh,
-                         int drop, uint32_t holder, int urgent)
+                         int drop, uint32_t holder, int urgent, const struct gx_sum *sum)
 {
     struct gx_batch *b = batch_for(d, owner);
     b->keys[b->n] = *k;
     b->nsh[b->n] = nsh;
     b->drop[b->n] = drop != 0;
+    b->csum[b->n] = sum->csum;
+    b->size[b->n] = sum->size;
     b->holder[b->n] = holder ? holder : d->cl->self_id;
     b->handoff |= holder != 0;
     b->urgent |= urgent;
     if (++b->n == GX_BATCH) flush_batch(d, b);
 }
 
-/* Tell owner that this node holds (or dropped) (k, nsh). */
+/* Tell owner that this node holds (or dropped) (k, nsh), whose chunk
+ * has the checksum and size in sum. */
 static void tell(struct cl_ctx *d, uint32_t owner, const kvt_key *k, uint64_t nsh, int drop,
-                 int urgent)
+                 int urgent, const struct gx_sum *sum)
 {
-    if (owner == d->cl->self_id) gx_apply(d, owner, k, nsh, drop);
-    else queue_update(d, owner, k, nsh, drop, 0, urgent);
+    if (owner == d->cl->self_id) gx_apply(d, owner, k, nsh, drop, sum);
+    else queue_update(d, owner, k, nsh, drop, 0, urgent, sum);
+}
+
+/* Local slot s's checksum and size, as published. */
+static struct gx_sum slot_sum(struct cl_ctx *d, uint32_t s)
+{
+    const struct idx_entry *e = idx_at(d->idx, s);
+    return (struct gx_sum){e->csum, e->size};
 }
 
 /* ------------------------------------------------- owners of local slots */
@@ -524,16 +606,17 @@ static void catch_up(struct cl_ctx *d, uint32_t s, const kvt_key *k, uint64_t ns
 {
     struct gidx *g = gx_of(d);
     uint32_t *rec = slot_rec(d, s), tl[GX_TELL_MAX], nt = 0;
+    struct gx_sum sum = slot_sum(d, s);
     *n = rec_load(g, rec, o);
     if (rec[0] == seq_now(g)) return;
     if (rec[0] == 0 || rec[0] < g->log_base) { /* never told, or older than the log */
         *n = owners(d, k, nsh, o);
         nt = rec[0] ? GX_TELL_MAX + 1 : 0;
-        for (uint32_t i = 0; send && i < *n; i++) tell(d, o[i], k, nsh, 0, 0);
+        for (uint32_t i = 0; send && i < *n; i++) tell(d, o[i], k, nsh, 0, 0, &sum);
     } else {
         replay(d, k, nsh, rec[0], o, n, tl, &nt);
         for (uint32_t i = 0; send && i < *n; i++)
-            if (nt > GX_TELL_MAX || has(tl, nt, o[i])) tell(d, o[i], k, nsh, 0, 0);
+            if (nt > GX_TELL_MAX || has(tl, nt, o[i])) tell(d, o[i], k, nsh, 0, 0, &sum);
     }
     if (send) g->moved += nt > GX_TELL_MAX ? *n : nt;
     rec_store(g, rec, o, *n, seq_now(g));
@@ -547,9 +630,10 @@ void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
     uint64_t nsh = gx_ns_hash(d->host->ns_name(d->host->core, e->ns));
     uint32_t o[GX_MAX_REPLICAS], n, was[GX_MAX_REPLICAS], nw;
     uint32_t *rec = slot_rec(d, slot);
+    struct gx_sum sum = slot_sum(d, slot);
     if (held) {
         n = owners(d, &e->key, nsh, o);
-        for (uint32_t i = 0; i < n; i++) tell(d, o[i], &e->key, nsh, 0, 1);
+        for (uint32_t i = 0; i < n; i++) tell(d, o[i], &e->key, nsh, 0, 1, &sum);
         rec_store(g, rec, o, n, seq_now(g));
         return;
     }
@@ -558,9 +642,9 @@ void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
     catch_up(d, slot, &e->key, nsh, 0, o, &n);
     /* The owners told before (they answer until the view settles) and
      * those told since. */
-    for (uint32_t i = 0; i < nw; i++) tell(d, was[i], &e->key, nsh, 1, 1);
+    for (uint32_t i = 0; i < nw; i++) tell(d, was[i], &e->key, nsh, 1, 1, &sum);
     for (uint32_t i = 0; i < n; i++)
-        if (!has(was, nw, o[i])) tell(d, o[i], &e->key, nsh, 1, 1);
+        if (!has(was, nw, o[i])) tell(d, o[i], &e->key, nsh, 1, 1, &sum);
     rec[0] = 0;
 }
 
@@ -643,7 +727,7 @@ static void recount(struct cl_ctx *d, uint32_t i)
     e->above = (uint8_t)(above < 255 ? above : 255);
     for (int j = e->n - 1; j >= 0; j--)
         if (e->hold[j] != self && !has(g->view, g->nview, e->hold[j])) {
-            hold_del(g, i, e->hold[j]);
+            hold_del(d, g, i, e->hold[j]);
             if (!g->e[i].n) return; /* freed */
         }
 }
@@ -666,7 +750,7 @@ static int replay_entry(struct cl_ctx *d, uint32_t i)
         if (c->kind != OW_LEAVE) continue;
         if (up && e->above == 255) fresh = 1;
         else if (up) e->above--;
-        hold_del(g, i, c->id);
+        hold_del(d, g, i, c->id);
         if (!g->e[i].n) return 0;
     }
     if (fresh) recount(d, i);
@@ -686,7 +770,7 @@ static void sweep_slice(struct cl_ctx *d)
     for (uint32_t k = 0; k < GX_SWEEP_SLICE && g->sweep_left && g->used; k++, g->sweep_left--) {
         uint32_t i = g->sweep_next++ % g->used;
         if (!g->e[i].n || !replay_entry(d, i)) continue;
-        if (g->e[i].above >= g->r) ent_free(g, i);
+        if (g->e[i].above >= g->r) ent_release(d, g, i);
     }
     if (g->sweep_left && g->used) return;
     g->sweep_left = 0;
@@ -709,9 +793,10 @@ int gx_leave(struct cl_ctx *d)
         n = owners_of(&e->key, e->nsh, v, nv, g->r + 1, o); /* o[r]: who takes our place */
         if (n <= g->r || !has(o, g->r, self)) continue;
         uint32_t sent = 0;
+        struct gx_sum sum = {e->csum, e->size};
         for (uint8_t j = 0; j < e->n; j++)
             if (e->hold[j] != self && ++sent)
-                queue_update(d, o[g->r], &e->key, e->nsh, 0, e->hold[j], 1);
+                queue_update(d, o[g->r], &e->key, e->nsh, 0, e->hold[j], 1, &sum);
         handed += sent > 0;
     }
     flush_due(d, 1);
@@ -755,13 +840,16 @@ const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__Pee
     switch (pm->body_case) {
     case KVTIER__PEER_MSG__BODY_INDEX:
         return keys_ok(ix->n_keys, ix->keys, ix->n_ns_hash) && ix->n_drop == ix->n_keys &&
+                       ix->n_checksum == ix->n_keys && ix->n_size == ix->n_keys &&
                        holders_ok(ix)
                    ? NULL : "malformed index update";
     case KVTIER__PEER_MSG__BODY_WHO_HAS:
         return keys_ok(w->n_keys, w->keys, w->n_ns_hash) ? NULL : "malformed who-has query";
     case KVTIER__PEER_MSG__BODY_HOLDERS:
         if (!(q = find_query(gx_of(d), h->query_id))) return "answer to no query";
-        return q->owner == m->id && h->n_holders == q->n ? NULL : "malformed holders answer";
+        return q->owner == m->id && h->n_holders == q->n && h->n_checksum == q->n &&
+                       h->n_size == q->n
+                   ? NULL : "malformed holders answer";
     default:
         return NULL;
     }
@@ -770,13 +858,17 @@ const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__Pee
 void gx_on_index(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
-    for (size_t i = 0; i < ix->n_keys; i++)
+    for (size_t i = 0; i < ix->n_keys; i++) {
+        struct gx_sum sum = {ix->checksum[i], ix->size[i]};
         gx_apply(d, ix->n_holder ? ix->holder[i] : m->id, (const kvt_key *)ix->keys[i].data,
-                 ix->ns_hash[i], ix->drop[i]);
+                 ix->ns_hash[i], ix->drop[i], &sum);
+    }
 }
 
-/* A live holder of entry i other than `not`, or 0. */
-static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t not)
+/* A live holder of (k, nsh) other than `not`, or 0; *sum gets the
+ * committer's checksum and size. */
+static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t not,
+                            struct gx_sum *sum)
 {
     struct gidx *g = gx_of(d);
     uint32_t i = ent_find(g, k, nsh);
@@ -784,7 +876,11 @@ static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, ui
     for (uint8_t j = 0; j < g->e[i].n; j++) {
         uint32_t h = g->e[i].hold[j];
         if (h == not) continue;
-        if (h == d->cl->self_id || cl_alive(cl_find(d->cl, h))) return h;
+        if (h == d->cl->self_id || cl_alive(cl_find(d->cl, h))) {
+            sum->csum = g->e[i].csum;
+            sum->size = g->e[i].size;
+            return h;
+        }
     }
     return 0;
 }
@@ -793,18 +889,26 @@ void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
 {
     const Kvtier__PeerWhoHas *w = pm->who_has;
     uint32_t *h = calloc(w->n_keys + 1, sizeof *h);
-    if (!h) abort();
-    for (size_t i = 0; i < w->n_keys; i++)
-        h[i] = live_holder(d, (const kvt_key *)w->keys[i].data, w->ns_hash[i], m->id);
+    uint64_t *v = calloc(2 * w->n_keys + 1, sizeof *v);
+    if (!h || !v) abort();
+    for (size_t i = 0; i < w->n_keys; i++) {
+        struct gx_sum sm = {0, 0};
+        h[i] = live_holder(d, (const kvt_key *)w->keys[i].data, w->ns_hash[i], m->id, &sm);
+        v[i] = sm.csum;
+        v[w->n_keys + i] = sm.size;
+    }
     Kvtier__PeerHolders ph = KVTIER__PEER_HOLDERS__INIT;
     ph.query_id = w->query_id;
-    ph.n_holders = w->n_keys;
+    ph.n_holders = ph.n_checksum = ph.n_size = w->n_keys;
     ph.holders = h;
+    ph.checksum = v;
+    ph.size = v + w->n_keys;
     Kvtier__PeerMsg out = KVTIER__PEER_MSG__INIT;
     out.body_case = KVTIER__PEER_MSG__BODY_HOLDERS;
     out.holders = &ph;
     cl_send(d, m, &out);
     free(h);
+    free(v);
 }
 
 /* ------------------------------------------------------- parked lookups */
@@ -821,6 +925,7 @@ static void park_free(struct gpark *p)
     free(p->keys);
     free(p->tiers);
     free(p->holder);
+    free(p->sum);
     free(p);
 }
 
@@ -838,7 +943,7 @@ static void park_finish(struct cl_ctx *d, struct gpark *p)
 {
     park_unlink(gx_of(d), p);
     if (p->done) {
-        p->done(d, p->arg, p->holder, p->n);
+        p->done(d, p->arg, p->holder, p->sum, p->n);
         park_free(p);
         return;
     }
@@ -878,6 +983,7 @@ void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
             p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
             p->tiers[q->idx[i]] = KVTIER__TIER__TIER_PEER;
             p->holder[q->idx[i]] = id;
+            p->sum[q->idx[i]] = (struct gx_sum){h->checksum[i], h->size[i]};
             g->peer_hits += !p->done;
         }
     }
@@ -933,7 +1039,8 @@ static struct gpark *park_new(const Kvtier__Lookup *q, const Kvtier__LookupResp 
     p->keys = calloc(p->n, sizeof *p->keys);
     p->tiers = calloc(p->n, sizeof *p->tiers);
     p->holder = calloc(p->n + 1, sizeof *p->holder);
-    if (!p->keys || !p->tiers || !p->holder) abort();
+    p->sum = calloc(p->n + 1, sizeof *p->sum);
+    if (!p->keys || !p->tiers || !p->holder || !p->sum) abort();
     for (uint32_t i = 0; i < p->n; i++) {
         memcpy(p->keys[i].b, q->keys[i].data, KVT_KEY_LEN);
         p->tiers[i] = lr->tiers[i];
@@ -962,7 +1069,8 @@ static void plan(struct cl_ctx *d, struct gpark *p, uint64_t nsh)
         for (uint32_t j = 0; j < n && p->tiers[i] == KVTIER__TIER__TIER_NONE; j++) {
             if (o[j] != c->self_id) {
                 ask(g, p, o[j], i);
-            } else if ((p->holder[i] = live_holder(d, &p->keys[i], nsh, c->self_id))) {
+            } else if ((p->holder[i] =
+                            live_holder(d, &p->keys[i], nsh, c->self_id, &p->sum[i]))) {
                 p->tiers[i] = KVTIER__TIER__TIER_PEER;
                 g->peer_hits += !p->done;
             }
@@ -1021,7 +1129,8 @@ void gx_resolve(struct cl_ctx *d, const kvt_key *keys, uint32_t n, uint64_t nsh,
     p->keys = calloc(n + 1, sizeof *p->keys);
     p->tiers = calloc(n + 1, sizeof *p->tiers);
     p->holder = calloc(n + 1, sizeof *p->holder);
-    if (!p->keys || !p->tiers || !p->holder) abort();
+    p->sum = calloc(n + 1, sizeof *p->sum);
+    if (!p->keys || !p->tiers || !p->holder || !p->sum) abort();
     memcpy(p->keys, keys, n * sizeof *keys);
     p->done = done;
     p->arg = arg;
@@ -1140,4 +1249,5 @@ void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr)
     pr->peer_hits = g->peer_hits;
     pr->lookup_timeouts = g->timeouts;
     pr->index_moved = g->moved;
+    pr->index_conflicts = g->conflicts;
 }

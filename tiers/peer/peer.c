@@ -108,9 +108,15 @@ static int open_worker(struct peer_tier *t, char *err, size_t errlen)
 static int map_pool(struct peer_tier *t, void *base, uint64_t bytes, char *err,
                     size_t errlen)
 {
+    /* Peers may read the pool, never write it: without .prot UCX grants
+     * remote write too. */
     ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-                               .address = base, .length = bytes};
+                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                                             UCP_MEM_MAP_PARAM_FIELD_PROT,
+                               .address = base, .length = bytes,
+                               .prot = UCP_MEM_MAP_PROT_LOCAL_READ |
+                                       UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                                       UCP_MEM_MAP_PROT_REMOTE_READ};
     ucs_status_t st = ucp_mem_map(t->ctx, &mp, &t->memh);
     if (st != UCS_OK) return fail(err, errlen, "ucp_mem_map of the pool", st);
     if ((st = ucp_rkey_pack(t->ctx, t->memh, &t->rkey, &t->rlen)) != UCS_OK)

@@ -23,9 +23,18 @@
  * (get_gone): fetches in flight end on their own and free their space. A bad checksum, a failed fetch or a dead holder is a
  * miss, counted; no byte of an unverified chunk is ever visible.
  *
+ * The checksum and size a fetch is held to are the committer's, as the
+ * key's owners recorded them in the global index (gx_resolve hands them
+ * over with the holders), never the holder's word: a holder that reports
+ * another size or checksum is not fetched from, and fetched bytes are
+ * verified against the owners' checksum. A holder keeps at most
+ * cluster.pins_max_per_peer pins for one member; more are answered as not
+ * pinned.
+ *
  * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
  * it pins (restored at unpin): what a requester pulls then fails its
- * checksum.
+ * checksum. KVT_FAULT=peer_lie does the same and reports the checksum of
+ * the flipped bytes, as a dishonest holder would.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -50,6 +59,7 @@ struct pitem { /* one key fetched from a peer */
     struct ppin *pin;
     uint32_t slot;
     uint64_t csum;
+    struct gx_sum want; /* the owners' record of the chunk */
     struct peer_fetch *f;
     uint8_t st;
 };
@@ -81,6 +91,7 @@ struct pget {
 struct hpin { /* holder side: chunks pinned for a peer */
     uint64_t id, deadline;
     uint32_t peer, n, flipped;
+    uint64_t lie;     /* KVT_FAULT=peer_lie: the checksum reported for flipped */
     uint32_t *slot;
     struct hpin *next;
 };
@@ -103,6 +114,8 @@ static struct pgs *pg_of(struct cl_ctx *d)
 
 static void hpin_release(struct cl_ctx *d, struct hpin *h)
 {
+    struct member *m = cl_find(d->cl, h->peer);
+    if (m && m->pins_held) m->pins_held--;
     if (h->flipped != IDX_NONE) ((uint8_t *)th_ptr(d->host, h->flipped))[0] ^= 0xff;
     for (uint32_t i = 0; i < h->n; i++) {
         uint32_t s = h->slot[i];
@@ -156,13 +169,26 @@ static void send_pinned(struct cl_ctx *d, struct member *m, uint64_t id,
         const struct idx_entry *e = idx_at(d->idx, h->slot[i]);
         pd.offset[i] = th_off(d->host, h->slot[i]);
         pd.size[i] = e->size;
-        pd.checksum[i] = e->csum;
+        pd.checksum[i] = h->slot[i] == h->flipped && h->lie ? h->lie : e->csum;
     }
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_PINNED;
     pm.pinned = &pd;
     cl_send(d, m, &pm);
     free(v);
+}
+
+/* KVT_FAULT=peer_corrupt / peer_lie: flip the first byte of pinned chunk
+ * i (restored at unpin); lying, report the flipped bytes' checksum. */
+static int fault_flip(struct cl_ctx *d, struct hpin *h, uint32_t i)
+{
+    int lie = fault_hit(FAULT_PEER_LIE);
+    if (!lie && !fault_hit(FAULT_PEER_CORRUPT)) return 0;
+    uint8_t *p = th_ptr(d->host, h->slot[i]);
+    p[0] ^= 0xff;
+    h->flipped = h->slot[i];
+    if (lie) h->lie = kvt_checksum(p, idx_at(d->idx, h->slot[i])->size);
+    return 1;
 }
 
 void pg_on_pin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
@@ -177,14 +203,11 @@ void pg_on_pin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
     h->n = (uint32_t)p->n_keys;
     h->flipped = IDX_NONE;
     h->deadline = cl_clock(d) + d->cfg.lease_timeout_ms;
+    int room = ++m->pins_held <= d->cfg.cluster_pins_max_per_peer; /* back at release */
     for (uint32_t i = 0; i < h->n; i++)
-        pinned += (h->slot[i] = pin_one(d, ns, p->keys[i].data)) != IDX_NONE;
-    for (uint32_t i = 0; i < h->n && pinned; i++) {
-        if (h->slot[i] == IDX_NONE || !fault_hit(FAULT_PEER_CORRUPT)) continue;
-        ((uint8_t *)th_ptr(d->host, h->slot[i]))[0] ^= 0xff; /* restored at unpin */
-        h->flipped = h->slot[i];
-        break;
-    }
+        pinned += (h->slot[i] = room ? pin_one(d, ns, p->keys[i].data) : IDX_NONE) != IDX_NONE;
+    for (uint32_t i = 0; i < h->n && pinned; i++)
+        if (h->slot[i] != IDX_NONE && fault_flip(d, h, i)) break;
     send_pinned(d, m, p->pin_id, h);
     if (!pinned) {
         hpin_release(d, h);
@@ -360,6 +383,14 @@ static int start_fetch(struct cl_ctx *d, struct pget *g, struct ppin *p, uint32_
     struct pitem *it = &g->it[k];
     struct member *m = cl_find(d->cl, p->holder);
     uint32_t slot;
+    if (size && (size != it->want.size || csum != it->want.csum)) {
+        /* not the committer's chunk: never fetched, let alone kept */
+        pg_of(d)->bad_csum++;
+        log_warn("peer", "node %u offers a chunk whose size or checksum differs from "
+                 "its owners' record: a miss", (unsigned)p->holder);
+        return 0;
+    }
+    csum = it->want.csum;
     if (!m || !peer_conn_ok(m->conn) || size == 0 || size > d->cfg.max_chunk_bytes ||
         idx_find(d->idx, g->ns, &g->keys[k]) != IDX_NONE ||
         d->host->reserve(d->host->core, g->ns, &g->keys[k], size, &slot) != KVT_OK)
@@ -447,9 +478,11 @@ static void send_pin(struct cl_ctx *d, struct pget *g, uint32_t holder, const ui
 }
 
 /* Holders known: pin the leading run of keys a connected peer holds. */
-static void resolved(struct cl_ctx *d, void *arg, const uint32_t *holders, uint32_t n)
+static void resolved(struct cl_ctx *d, void *arg, const uint32_t *holders,
+                     const struct gx_sum *sums, uint32_t n)
 {
     struct pget *g = arg;
+    for (uint32_t j = 0; j < n; j++) g->it[g->n_local + j].want = sums[j];
     g->resolving = 0;
     if (g->answered) {
         maybe_free(d, g);
