@@ -51,10 +51,11 @@ static const char *bin(void)
 int td_init(struct tdaemon *d)
 {
     memset(d, 0, sizeof *d);
-    snprintf(d->dir, sizeof d->dir, "/tmp/kvt-test-XXXXXX");
+    const char *base = getenv("KVT_TEST_DIR"); /* where kept logs go */
+    snprintf(d->dir, sizeof d->dir, "%s/kvt-test-XXXXXX", base && base[0] ? base : "/tmp");
     if (!mkdtemp(d->dir)) return -1;
     snprintf(d->sock, sizeof d->sock, "%s/kvtierd.sock", d->dir);
-    snprintf(d->pool, sizeof d->pool, "/dev/shm/kvt-test-%s.pool", d->dir + 14);
+    snprintf(d->pool, sizeof d->pool, "/dev/shm/kvt-test-%s.pool", strrchr(d->dir, '-') + 1);
     snprintf(d->log, sizeof d->log, "%s/kvtierd.log", d->dir);
     return 0;
 }

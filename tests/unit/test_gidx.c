@@ -869,6 +869,41 @@ static void test_handoff_malformed_refused(void **state)
     assert_null(gx_check(D, m2, &pm));
 }
 
+/* A holder marked dead and back (restarted, or wrongly suspected) before
+ * the view settled tells its owners again what it holds; the sweep that
+ * later applies its departure drops only what it held before it left,
+ * never what it told since, so its keys stay found. */
+static void test_holder_back_before_settled_stays_found(void **state)
+{
+    (void)state;
+    struct member *m2 = cl_find(D->cl, 2);
+    index_from(m2, 0, 8, 0);
+    struct member *m3 = add_member(3);           /* a member comes and goes */
+    gx_membership(D, 3, 1);
+    m3->state = KVTIER__PEER_STATE__PEER_DEAD;
+    gx_membership(D, 3, 0);
+    start_ms -= D->cfg.cluster_failure_ms;       /* settled: the sweep counts */
+    gx_tick(D);                                  /* the entries (seen once) */
+    assert_int_equal(lookup(0, 8, NULL), 8);
+    m2->state = KVTIER__PEER_STATE__PEER_DEAD;   /* kill -9 */
+    gx_membership(D, 2, 0);
+    gx_tick(D);                                  /* not settled: nothing swept */
+    assert_int_equal(lookup(0, 8, NULL), 0);
+    m2->state = KVTIER__PEER_STATE__PEER_ALIVE;  /* back, tells keys 0..5 again */
+    gx_membership(D, 2, 1);
+    index_from(m2, 0, 6, 0);
+    assert_int_equal(lookup(0, 6, NULL), 6);
+    start_ms -= D->cfg.cluster_failure_ms;       /* the view has settled */
+    for (int i = 0; i < 3; i++) gx_tick(D);
+    assert_int_equal(lookup(0, 8, NULL), 6);     /* what it told since: kept */
+    assert_int_equal(entries(), 6);              /* what it did not: gone */
+    m2->state = KVTIER__PEER_STATE__PEER_DEAD;   /* and a later departure */
+    gx_membership(D, 2, 0);
+    start_ms -= D->cfg.cluster_failure_ms;
+    gx_tick(D);
+    assert_int_equal(entries(), 0);              /* still drops it all */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -891,6 +926,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sweep_keeps_what_it_owns, setup_sweep,
                                         teardown_wired),
     };
+    const struct CMUnitTest rejoin[] = {
+        cmocka_unit_test_setup_teardown(test_holder_back_before_settled_stays_found, setup,
+                                        teardown),
+    };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
+    rc |= cmocka_run_group_tests(rejoin, NULL, NULL);
     return rc | cmocka_run_group_tests(wired, NULL, NULL);
 }

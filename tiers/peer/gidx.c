@@ -317,8 +317,17 @@ static uint32_t ent_for_add(struct gidx *g, const kvt_key *k, uint64_t nsh,
     return i;
 }
 
+static int replay_entry(struct cl_ctx *d, uint32_t i);
+
 /* Holder id holds (drop = 0) or no longer holds the chunk whose bytes
- * have the checksum and size in sum. */
+ * have the checksum and size in sum. A holder's update is newer than
+ * every view change logged before it came, its own departure included (a
+ * member is live again before anything it sends is applied), so an entry
+ * the sweep has counted is first brought up to date with those changes:
+ * otherwise the sweep, which waits for the view to settle, would apply
+ * the departure of a holder that has since come back (restarted, or
+ * taken for dead) to what it told since, and its keys would be lost until
+ * it told them again. */
 static void gx_apply(struct cl_ctx *d, uint32_t id, const kvt_key *k, uint64_t nsh,
                      int drop, const struct gx_sum *sum)
 {
@@ -328,6 +337,9 @@ static void gx_apply(struct cl_ctx *d, uint32_t id, const kvt_key *k, uint64_t n
         if (i != GX_NONE) hold_del(d, g, i, id);
         return;
     }
+    if (i != GX_NONE && g->e[i].oseq && g->e[i].oseq != g->olog_base + g->olog_n &&
+        !replay_entry(d, i))
+        i = GX_NONE; /* its holders had all left */
     if (i != GX_NONE)
         for (uint8_t j = 0; j < g->e[i].n; j++)
             if (g->e[i].hold[j] == id) return;
