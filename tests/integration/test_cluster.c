@@ -59,12 +59,8 @@ static int teardown(void **state)
 static Kvtier__Response *peers(int i)
 {
     kvt_client *c = td_connect(&D[i]);
-    Kvtier__Peers p = KVTIER__PEERS__INIT;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
     Kvtier__Response *r = NULL;
-    q.body_case = KVTIER__REQUEST__BODY_PEERS;
-    q.peers = &p;
-    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    assert_int_equal(tc_peers(c, &r), KVT_OK);
     assert_int_equal(r->body_case, KVTIER__RESPONSE__BODY_PEERS);
     kvt_close(c);
     return r;

@@ -205,12 +205,8 @@ static int wait_found_on(kvt_client *c, uint64_t first, uint32_t n)
 /* Entries in node c's part of the global index. */
 static uint64_t index_entries(kvt_client *c)
 {
-    Kvtier__Peers p = KVTIER__PEERS__INIT;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
     Kvtier__Response *r = NULL;
-    q.body_case = KVTIER__REQUEST__BODY_PEERS;
-    q.peers = &p;
-    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    assert_int_equal(tc_peers(c, &r), KVT_OK);
     uint64_t n = r->peers->index_entries;
     kvtier__response__free_unpacked(r, NULL);
     return n;
@@ -283,12 +279,8 @@ static uint64_t node2_inc;
 
 static void peers_of(int i, uint64_t *rejected, uint64_t *entries)
 {
-    Kvtier__Peers p = KVTIER__PEERS__INIT;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
     Kvtier__Response *r = NULL;
-    q.body_case = KVTIER__REQUEST__BODY_PEERS;
-    q.peers = &p;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
+    assert_int_equal(tc_peers(C[i], &r), KVT_OK);
     *rejected = r->peers->rejected;
     *entries = r->peers->index_entries;
     for (size_t k = 0; k < r->peers->n_peers; k++)

@@ -51,11 +51,7 @@ static int start_node(int i)
 
 static Kvtier__PeersResp *peers(int i, Kvtier__Response **r)
 {
-    Kvtier__Peers p = KVTIER__PEERS__INIT;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_PEERS;
-    q.peers = &p;
-    assert_int_equal(kvtc_call(C[i], &q, r), KVT_OK);
+    assert_int_equal(tc_peers(C[i], r), KVT_OK);
     return (*r)->peers;
 }
 

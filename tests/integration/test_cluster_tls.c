@@ -49,11 +49,7 @@ static struct tcluster T;
 
 static Kvtier__PeersResp *peers(int i, Kvtier__Response **r)
 {
-    Kvtier__Peers p = KVTIER__PEERS__INIT;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_PEERS;
-    q.peers = &p;
-    assert_int_equal(kvtc_call(C[i], &q, r), KVT_OK);
+    assert_int_equal(tc_peers(C[i], r), KVT_OK);
     return (*r)->peers;
 }
 

@@ -367,14 +367,20 @@ int tc_teardown(struct tcluster *c)
 }
 
 /* 1 if node i's view has `alive` live members (with endpoints, if ucx). */
-static int view_ok(struct tcluster *c, int i, int alive, int ucx)
+kvt_err tc_peers(kvt_client *c, Kvtier__Response **r)
 {
     Kvtier__Peers p = KVTIER__PEERS__INIT;
     Kvtier__Request q = KVTIER__REQUEST__INIT;
-    Kvtier__Response *r = NULL;
     q.body_case = KVTIER__REQUEST__BODY_PEERS;
     q.peers = &p;
-    if (kvtc_call(c->c[i], &q, &r) != KVT_OK || !r->peers) {
+    *r = NULL;
+    return kvtc_call(c, &q, r);
+}
+
+static int view_ok(struct tcluster *c, int i, int alive, int ucx)
+{
+    Kvtier__Response *r = NULL;
+    if (tc_peers(c->c[i], &r) != KVT_OK || !r->peers) {
         if (r) kvtier__response__free_unpacked(r, NULL);
         return 0;
     }

@@ -13,6 +13,7 @@
 #include <nng/nng.h>
 
 #include "kvtier.h"
+#include "kvtier.pb-c.h"
 
 struct tdaemon {
     pid_t pid;
@@ -100,6 +101,10 @@ int tc_tls_args(const char **argv, const char *name);
  * of tc_certs() (NULL: none, only the CA) and the test CA (foreign: the
  * other CA). Blocks until connected; the nng result. */
 int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
+
+/* Ask c for the cluster's view (PEERS): the call's result; on KVT_OK *r
+ * holds the answer (free it with kvtier__response__free_unpacked). */
+kvt_err tc_peers(kvt_client *c, Kvtier__Response **r);
 
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
