@@ -164,14 +164,16 @@ static int three_see_each_other(void)
     return mb_epoch(M[0]) == mb_epoch(M[1]) && mb_epoch(M[1]) == mb_epoch(M[2]);
 }
 
+/* By the events seen, not the state now: a slow run may already have
+ * reaped the member (its GONE is not recorded in Last). */
 static int one_left(void)
 {
-    return state_at(1, 1) == MB_LEFT && state_at(2, 1) == MB_LEFT;
+    return Last[1][1] == MB_EV_LEFT && Last[2][1] == MB_EV_LEFT;
 }
 
 static int two_dead(void)
 {
-    return state_at(2, 2) == MB_DEAD;
+    return Last[2][2] == MB_EV_DEAD;
 }
 
 static int third_down(void)
@@ -308,7 +310,9 @@ static void test_lease_lost_and_registered_again(void **state)
     }
     assert_true(mb_stats(M[2])->events[MB_EV_DEAD] > dead0); /* 4's key went */
     assert_true(pump(both_alive_again));                    /* and came back */
-    assert_int_equal(Last[2][4], MB_EV_ALIVE);
+    /* Back as ALIVE, or as a JOIN when the dead member was reaped first
+     * (a slow run: the reap comes before the new key). */
+    assert_true(Last[2][4] == MB_EV_ALIVE || Last[2][4] == MB_EV_JOIN);
     int64_t now = lease_of(4);
     assert_true(now > 0 && now != old);                     /* under a new lease */
 }
