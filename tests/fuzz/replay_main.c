@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "fuzz_target.h"
+#include "mutate.h"
 
 #define MAX_IN (1u << 20)
 #define MAX_SEEDS 64
@@ -34,29 +35,6 @@ static void keep_seed(const uint8_t *b, size_t n)
 }
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-
-static void mutate(uint8_t *b, size_t *n)
-{
-    switch (next() % 5) {
-    case 0: if (*n) b[next() % *n] ^= (uint8_t)(1u << (next() % 8)); break;
-    case 1: if (*n) b[next() % *n] = (uint8_t)next(); break;
-    case 2: if (*n) *n = next() % *n; break;
-    case 3: /* a boundary value over 4 or 8 bytes */
-        if (*n >= 8) {
-            static const uint64_t v[] = {0, 1, 0x7f, 0xff, 0xffff, 0xffffffffu,
-                                         UINT64_MAX, UINT64_MAX - 4095, 1ull << 40};
-            uint64_t x = v[next() % (sizeof v / sizeof v[0])];
-            memcpy(b + next() % (*n - 7), &x, next() % 2 ? 8 : 4);
-        }
-        break;
-    default: if (*n < MAX_IN) b[(*n)++] = (uint8_t)next(); break;
-    }
-}
 
 int main(int argc, char **argv)
 {
@@ -84,9 +62,10 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < n_seeds; i++) LLVMFuzzerTestOneInput(seed[i], seed_len[i]);
     for (int r = 0; r < ROUNDS; r++) {
-        size_t i = next() % n_seeds, len = seed_len[i];
+        size_t i = mut_next(&rng) % n_seeds, len = seed_len[i];
         memcpy(buf, seed[i], len);
-        for (int m = 1 + (int)(next() % 4); m > 0; m--) mutate(buf, &len);
+        for (int m = 1 + (int)(mut_next(&rng) % 4); m > 0; m--)
+            mut_one(&rng, buf, &len, MAX_IN);
         LLVMFuzzerTestOneInput(buf, len);
     }
     size_t files = 0;

@@ -125,30 +125,8 @@ static void put_one(int node, uint64_t seed)
  * checked), 0 missed. */
 static int get_one(int i, uint64_t seed, uint32_t deadline_ms)
 {
-    kvt_key k = td_key(seed);
-    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
-    Kvtier__Get g = KVTIER__GET__INIT;
-    g.ns = NS;
-    g.keys = &kb;
-    g.n_keys = 1;
-    g.inline_ = 1;
-    g.deadline_ms = deadline_ms;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_GET;
-    q.get = &g;
-    Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
-    assert_int_equal(r->err, 0);
-    int found = (int)r->get->n_data;
-    if (found) {
-        size_t size = size_of(seed);
-        uint8_t *want = malloc(size);
-        td_fill(want, size, seed);
-        assert_int_equal(r->get->data[0].len, size);
-        assert_memory_equal(r->get->data[0].data, want, size); /* no wrong byte */
-        free(want);
-    }
-    kvtier__response__free_unpacked(r, NULL);
+    int found = tc_get_checked(C[i], NS, seed, size_of(seed), deadline_ms);
+    assert_true(found >= 0); /* answered, and no wrong byte */
     return found;
 }
 

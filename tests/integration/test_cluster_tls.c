@@ -107,25 +107,8 @@ static void put_one(int node, uint64_t seed)
 /* Inline GET of one key on node i: 1 found (bytes checked), 0 missed. */
 static int get_one(int i, uint64_t seed)
 {
-    kvt_key k = td_key(seed);
-    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
-    Kvtier__Get g = KVTIER__GET__INIT;
-    g.ns = NS, g.keys = &kb, g.n_keys = 1, g.inline_ = 1, g.deadline_ms = 3000;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_GET;
-    q.get = &g;
-    Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
-    assert_int_equal(r->err, 0);
-    int found = (int)r->get->n_data;
-    if (found) {
-        uint8_t *want = malloc(CHUNK);
-        td_fill(want, CHUNK, seed);
-        assert_int_equal(r->get->data[0].len, CHUNK);
-        assert_memory_equal(r->get->data[0].data, want, CHUNK); /* no wrong byte */
-        free(want);
-    }
-    kvtier__response__free_unpacked(r, NULL);
+    int found = tc_get_checked(C[i], NS, seed, CHUNK, 3000);
+    assert_true(found >= 0); /* answered, and no wrong byte */
     return found;
 }
 

@@ -377,6 +377,32 @@ kvt_err tc_peers(kvt_client *c, Kvtier__Response **r)
     return kvtc_call(c, &q, r);
 }
 
+int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
+                   uint32_t deadline_ms)
+{
+    kvt_key k = td_key(seed);
+    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
+    Kvtier__Get g = KVTIER__GET__INIT;
+    g.ns = (char *)ns, g.keys = &kb, g.n_keys = 1, g.inline_ = 1;
+    g.deadline_ms = deadline_ms;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_GET;
+    q.get = &g;
+    Kvtier__Response *r = NULL;
+    if (kvtc_call(c, &q, &r) != KVT_OK) return -1;
+    int found = r->err == 0 && r->get ? (int)r->get->n_data : -1;
+    if (found > 0) {
+        uint8_t *want = malloc(size);
+        if (!want) abort();
+        td_fill(want, size, seed);
+        if (r->get->data[0].len != size || memcmp(r->get->data[0].data, want, size) != 0)
+            found = -1; /* a wrong byte */
+        free(want);
+    }
+    kvtier__response__free_unpacked(r, NULL);
+    return found;
+}
+
 static int view_ok(struct tcluster *c, int i, int alive, int ucx)
 {
     Kvtier__Response *r = NULL;

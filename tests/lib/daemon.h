@@ -106,6 +106,12 @@ int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
  * holds the answer (free it with kvtier__response__free_unpacked). */
 kvt_err tc_peers(kvt_client *c, Kvtier__Response **r);
 
+/* Inline GET on c of the key of `seed` in ns, whose chunk holds size
+ * bytes made by td_fill(seed): 1 found with exactly those bytes, 0
+ * missed, -1 the call failed or a byte is wrong. */
+int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
+                   uint32_t deadline_ms);
+
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
 /* Deterministic bytes for (seed, i), and a key from a seed. */

@@ -20,6 +20,7 @@
 #include "fuzz_harness.h"
 #include "kvtier.h"
 #include "kvtier.pb-c.h"
+#include "mutate.h"
 
 #define MAX_SEED 4096
 
@@ -85,21 +86,6 @@ static size_t make_seeds(struct seed *s)
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-
-static void mutate(uint8_t *b, size_t *n)
-{
-    switch (next() % 4) {
-    case 0: if (*n) b[next() % *n] ^= (uint8_t)(1u << (next() % 8)); break;
-    case 1: if (*n) b[next() % *n] = (uint8_t)next(); break;
-    case 2: if (*n) *n = next() % *n; break;
-    default: if (*n < MAX_SEED) b[(*n)++] = (uint8_t)next(); break;
-    }
-}
 
 static void test_valid_requests(void **state)
 {
@@ -119,10 +105,11 @@ static void test_mutations(void **state)
     uint8_t buf[MAX_SEED];
     size_t n = make_seeds(s), len;
     for (int round = 0; round < 20000; round++) {
-        const struct seed *p = &s[next() % n];
+        const struct seed *p = &s[mut_next(&rng) % n];
         memcpy(buf, p->b, p->n);
         len = p->n;
-        for (int m = 1 + (int)(next() % 4); m > 0; m--) mutate(buf, &len);
+        for (int m = 1 + (int)(mut_next(&rng) % 4); m > 0; m--)
+            mut_one(&rng, buf, &len, MAX_SEED);
         kvt_fuzz_one(buf, len);
     }
     kvt_fuzz_reset();
