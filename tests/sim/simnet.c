@@ -52,6 +52,9 @@ struct node {
     struct msg *in_head, *in_tail;
     size_t nin;
     int group;
+    uint64_t heal_inc;      /* its incarnation when the last partition healed */
+    uint32_t lives;         /* starts so far */
+    uint8_t meta[MB_META_MAX];
     uint64_t cpu_ns;
     struct mb_stats base;   /* the mb counters at the last reset */
 };
@@ -65,7 +68,7 @@ struct sim {
     uint64_t now, seq, rng;
     int64_t disagree;
     uint64_t converged_at;
-    int part_on;
+    int part_on, healed;    /* a partition is on / has been healed */
     int slow_from, slow_to;
     uint32_t slow_us;
     double slow_loss;
@@ -195,10 +198,17 @@ static double pct(double *a, size_t n, double p)
 
 static int live_state(enum mb_state st) { return st == MB_ALIVE || st == MB_SUSPECT; }
 
-static void on_dead(struct sim *s, struct node *o, struct node *j)
+/* A death is the partition's doing, not a false one, when the declarer
+ * could not reach the node: across an active partition, or across a
+ * healed one about the life the node lived through it (the incarnation it
+ * had at the heal; once it has refuted, a death of the new life is
+ * false again). Stale claims that cross the healed line and kill a node
+ * on the declarer's own side are false: that declarer could reach it. */
+static void on_dead(struct sim *s, struct node *o, struct node *j, uint64_t inc)
 {
     if (!j) return;
-    if (j->up && s->part_on && j->group != o->group) {
+    if (j->up && j->group != o->group &&
+        (s->part_on || (s->healed && inc <= j->heal_inc))) {
         s->st.deaths_partitioned++;
         return;
     }
@@ -239,7 +249,7 @@ static void changed(void *arg, struct mb *mb, struct mb_member *m, enum mb_event
         int t = truth(j);
         s->disagree += (is != t) - (was != t);
     }
-    if (ev == MB_EV_DEAD) on_dead(s, o, j);
+    if (ev == MB_EV_DEAD) on_dead(s, o, j, m->inc);
     if (s->cfg.on_change) s->cfg.on_change(s->cfg.on_change_arg, o->idx, m, ev, old);
 }
 
@@ -434,6 +444,7 @@ static void stop(struct sim *s, struct node *n)
     n->counting = 0;
     n->up = 0;
     truth_flip(s, n, 0);
+    if (s->cfg.on_life) s->cfg.on_life(s->cfg.on_change_arg, n->idx, 0);
     struct mb_stats cur = *mb_stats(n->mb);
     stats_add(&s->gone, &cur, 1);
     stats_add(&s->gone, &n->base, -1);
@@ -474,6 +485,14 @@ int sim_start(struct sim *s, int idx, int seed)
     c.self_id = n->id;
     c.self_addr = n->addr;
     c.inc = s->now / 1000 + 1;
+    /* A restarted daemon has new metadata (a new UCX worker address):
+     * stamp the life into the template's first bytes. */
+    n->lives++;
+    if (c.meta_len >= sizeof n->lives && c.meta_len <= sizeof n->meta) {
+        memcpy(n->meta, c.meta, c.meta_len);
+        memcpy(n->meta, &n->lives, sizeof n->lives);
+        c.meta = n->meta;
+    }
     c.on_change = changed;
     c.on_change_arg = n;
     c.env = (struct mb_env){n, env_send, env_now, env_rand};
@@ -488,6 +507,7 @@ int sim_start(struct sim *s, int idx, int seed)
     s->disagree += row(s, n);
     n->counting = 1;
     set_converged(s);
+    if (s->cfg.on_life) s->cfg.on_life(s->cfg.on_change_arg, n->idx, 1);
     if (seed >= 0 && seed != n->idx) {
         const char *a = s->v[seed]->addr;
         mb_join(n->mb, &a, 1);
@@ -525,6 +545,13 @@ void sim_pause(struct sim *s, int idx, uint32_t ms)
 
 void sim_partition(struct sim *s, const int *group, int on)
 {
+    if (s->part_on && !on) {
+        s->healed = 1;
+        for (size_t i = 0; i < s->n; i++) {
+            struct node *n = s->v[i];
+            n->heal_inc = n->up ? mb_self(n->mb)->inc : 0;
+        }
+    }
     s->part_on = on;
     for (size_t i = 0; i < s->n && group; i++) s->v[i]->group = group[i];
 }

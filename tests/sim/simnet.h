@@ -29,6 +29,9 @@ struct sim_cfg {
     /* Called after simnet's own bookkeeping for every change (may be NULL). */
     void (*on_change)(void *arg, int observer, struct mb_member *m, enum mb_event ev,
                       enum mb_state old);
+    /* Called when node idx starts (up = 1, before it joins) or stops (0);
+     * may be NULL. Gets on_change_arg. */
+    void (*on_life)(void *arg, int idx, int up);
     void *on_change_arg;
 };
 
@@ -39,7 +42,9 @@ struct sim_stats {
                                         last 30 s (or of a paused node: see
                                         deaths_of_paused) */
     uint64_t deaths_of_paused;    /* DEAD about a node that was paused */
-    uint64_t deaths_partitioned;  /* DEAD about a node across a partition */
+    uint64_t deaths_partitioned;  /* DEAD about a node across a partition,
+                                     or across a healed one about the
+                                     incarnation it had at the heal */
     uint64_t left_as_dead;        /* DEAD about a node that had left */
     uint64_t detections;          /* (observer, crashed node) DEAD events */
     uint64_t crashes, crashes_detected; /* crashes; those some node detected */
@@ -63,7 +68,9 @@ int sim_start(struct sim *s, int idx, int seed);
 void sim_crash(struct sim *s, int idx);
 void sim_leave(struct sim *s, int idx);
 void sim_pause(struct sim *s, int idx, uint32_t ms);
-/* Nodes with group[i] != group[j] cannot talk while on. */
+/* Nodes with group[i] != group[j] cannot talk while on. Turning it off
+ * heals it: deaths across the old line of the incarnations held then still
+ * count as the partition's (sim_stats.deaths_partitioned). */
 void sim_partition(struct sim *s, const int *group, int on);
 /* Extra latency and loss on the one link from -> to (asymmetric). */
 void sim_slow_link(struct sim *s, int from, int to, uint32_t extra_us, double loss);

@@ -225,12 +225,57 @@ static void test_precedence(void **state)
     claim(&cl, 3, MB_DEAD, 11, 4, a3);     /* from a sync: only suspect */
     feed(mb, 4, &cp, 1, 1, 0);
     assert_int_equal(m->state, MB_SUSPECT);
-    claim(&cl, 3, MB_DEAD, 11, 4, a3);     /* gossiped: dead */
-    feed(mb, 4, &cp, 1, 0, 0);
+    claim(&cl, 3, MB_DEAD, 11, 4, a3);     /* gossiped: dead once suspected */
+    feed(mb, 4, &cp, 1, 0, 0);             /* long enough (see test_stale_death) */
+    assert_int_equal(m->state, MB_SUSPECT);
+    c.now = 3000;                          /* the minimum suspicion timeout */
+    mb_tick(mb, c.now);
     assert_int_equal(m->state, MB_DEAD);
     claim(&cl, 3, MB_SUSPECT, 11, 4, a3);  /* nothing revives or re-suspects */
     feed(mb, 4, &cp, 1, 0, 0);
     assert_int_equal(m->state, MB_DEAD);
+    assert_int_equal(c.events[MB_EV_DEAD], 1);
+    cap_clear(&c);
+    mb_destroy(mb);
+}
+
+/* A death claim ends a suspicion this node has held for the minimum
+ * suspicion timeout; it never kills a member this node held alive (a
+ * stale claim, e.g. from across a partition that just healed): that
+ * member gets the timeout to refute. */
+static void test_stale_death(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a3[] = "sim://3", a4[] = "sim://4";
+    Kvtier__SwimMember cl[2], *cp[2] = {&cl[0], &cl[1]};
+    claim(&cl[0], 3, MB_ALIVE, 10, 3, a3);
+    claim(&cl[1], 4, MB_ALIVE, 20, 4, a4);
+    feed(mb, 3, cp, 2, 0, 0);
+    /* Node 4 is suspected (it crashed, say); node 3 is alive and well. */
+    claim(&cl[0], 4, MB_SUSPECT, 20, 5, a4);
+    feed(mb, 5, cp, 1, 0, 1000);
+    c.now = 1000;
+    /* A stale death of node 3 arrives: only a suspicion here. */
+    claim(&cl[0], 3, MB_DEAD, 10, 6, a3);
+    feed(mb, 6, cp, 1, 0, c.now);
+    struct mb_member *m3 = mb_find(mb, 3), *m4 = mb_find(mb, 4);
+    assert_int_equal(m3->state, MB_SUSPECT);
+    assert_int_equal(c.events[MB_EV_DEAD], 0);
+    /* Node 4's death, once this node has suspected it long enough: at once. */
+    c.now = 4500;
+    claim(&cl[0], 4, MB_DEAD, 20, 6, a4);
+    feed(mb, 6, cp, 1, 0, c.now);
+    assert_int_equal(m4->state, MB_DEAD);
+    assert_int_equal(c.events[MB_EV_DEAD], 1);
+    /* Node 3 refutes in time: never dead here. */
+    claim(&cl[0], 3, MB_ALIVE, 11, 3, a3);
+    feed(mb, 3, cp, 1, 0, c.now);
+    assert_int_equal(m3->state, MB_ALIVE);
+    c.now = 20000;
+    mb_tick(mb, c.now);
+    assert_int_equal(m3->state, MB_ALIVE);
     assert_int_equal(c.events[MB_EV_DEAD], 1);
     cap_clear(&c);
     mb_destroy(mb);
@@ -490,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_refutes_suspicion_of_itself),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_stale_death),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_piggyback_bounded),
         cmocka_unit_test(test_confirmations_shorten_suspicion),

@@ -60,6 +60,7 @@
 
 struct susp {
     uint64_t start_ms, deadline_ms;
+    int dead;                         /* a death was claimed: minimum timeout */
     uint32_t n;                       /* confirmations, the first excluded */
     uint32_t who[SW_CONFIRM_MAX];
 };
@@ -163,7 +164,7 @@ static void susp_deadline(struct mb *mb, struct susp *s)
     uint64_t n = n_cluster(mb);
     double k = n > 2 ? (double)(n - 2 < c->indirect_k ? n - 2 : c->indirect_k) : 0;
     double t = min;
-    if (k >= 1) {
+    if (k >= 1 && !s->dead) {
         t = max - (log((double)s->n + 1) / log(k + 1)) * (max - min);
         if (t < min) t = min;
     }
@@ -480,9 +481,41 @@ static void merge_suspect(struct mb *mb, struct mb_member *m, const Kvtier__Swim
     enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
 }
 
+/* Someone else's death claim: the end of a suspicion here, never a
+ * shortcut past one. This node declares the member dead once it has
+ * suspected it for the minimum suspicion timeout -- at once when its own
+ * suspicion is that old (a real crash: the suspicion spread long before
+ * the death did) -- and otherwise keeps suspecting, so the member has
+ * that long to refute. A claim that outlived its cause, e.g. one from
+ * across a partition that has just healed, would else kill a member this
+ * node can reach before it heard of any doubt about it. */
+static void merge_dead(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
+{
+    int news = 1;
+    if (m->state != MB_SUSPECT || c->incarnation > m->inc) {
+        if (m->state == MB_SUSPECT) set_state(mb, m, MB_ALIVE, m->inc, 0); /* restart it */
+        set_state(mb, m, MB_SUSPECT, c->incarnation, c->from);
+    } else {
+        news = confirm(mb, m, c->from);
+    }
+    struct susp *s = m->be;
+    s->dead = 1;
+    susp_deadline(mb, s);
+    if (mb_now(mb) >= s->deadline_ms) {
+        set_state(mb, m, MB_DEAD, m->inc, c->from);
+        enqueue(mb, m->id, MB_DEAD, m->inc, NULL, NULL, 0, c->from);
+        return;
+    }
+    if (news) enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
+}
+
 static void merge_down(struct mb *mb, struct mb_member *m, const Kvtier__SwimMember *c)
 {
     if (!m || c->incarnation < m->inc || m->state == MB_DEAD || m->state == MB_LEFT) return;
+    if (c->state == (Kvtier__SwimState)MB_DEAD) {
+        merge_dead(mb, m, c);
+        return;
+    }
     set_state(mb, m, (enum mb_state)c->state, c->incarnation, c->from);
     enqueue(mb, m->id, c->state, m->inc, NULL, NULL, 0, c->from);
 }
