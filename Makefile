@@ -62,9 +62,10 @@ TEST_HELP  := $(call obj,$(wildcard tests/lib/*.c))
 # corpus-<name>/). fuzz_wire.c is replayed by tests/unit/test_fuzz_replay.
 FUZZ_SRC   := $(filter-out tests/fuzz/fuzz_wire.c,$(wildcard tests/fuzz/fuzz_*.c))
 TEST_BINS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC) $(INTEG_SRC) $(FUZZ_SRC))
-# The membership simulator (tests/sim/): simnet.c is the engine, shared by
-# the swim unit test and the swimsim scenarios (make test, make bench).
-SIM_LIB    := $(call obj,tests/sim/simnet.c)
+# The membership simulator (tests/sim/): simnet.c is the engine, simidx.c
+# the global index on top of it, shared by the swim unit test and the
+# swimsim scenarios (make test, make bench).
+SIM_LIB    := $(call obj,tests/sim/simnet.c tests/sim/simidx.c)
 SIM_BINS   := $(BUILD)/tests/sim/swimsim
 BENCH_SRC  := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))

@@ -16,14 +16,19 @@
  *                           cpu%/n is the whole process's CPU time per node,
  *                           the simulator's own work included
  *
- * Hook: the global index's ownership/delta code (gidx) is not linked yet;
- * when it is, a scenario drives it from the same change callback
- * (sim_cfg.on_change), which is where its view changes arrive.
+ *   --keys K                chunks per node for the index columns (default
+ *                           min(1000, 100000/N); 0: no index)
+ *
+ * The global index (simidx.c: the daemon's republish planner, oplan.c, and
+ * owners.c) runs on every node from its own view changes once the cluster
+ * has formed; rows report what each membership change cost it and, where
+ * LOOKUPs were sampled (rolling2s), how many resolved.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "simidx.h"
 #include "simnet.h"
 #include "swim.h"
 
@@ -37,13 +42,48 @@ struct opts {
     int cpu;
     double loss;
     uint32_t jitter;
+    long keys;          /* -1: the default for N */
 };
+
+#define IX_R 2          /* cluster.replicas */
+#define IX_FAILURE_MS 3000 /* cluster.failure_timeout_ms */
+#define IX_SAMPLES 20   /* LOOKUPs sampled per 100 ms while sampling */
+
+static struct sidx *ix; /* the index of the cluster being run, or NULL */
+static int sampling;
+
+static void fwd_change(void *arg, int obs, struct mb_member *m, enum mb_event ev,
+                       enum mb_state old)
+{
+    (void)arg;
+    sidx_on_change(ix, obs, m, ev, old);
+}
+
+static void fwd_life(void *arg, int idx, int up)
+{
+    (void)arg;
+    sidx_on_life(ix, idx, up);
+}
+
+/* Run to t_us in 100 ms steps: the index's passes and samples between. */
+static void advance(struct sim *s, uint64_t t_us)
+{
+    while (sim_now(s) < t_us) {
+        uint64_t t = sim_now(s) + 100000;
+        sim_run_until(s, t < t_us ? t : t_us);
+        if (!ix) continue;
+        sidx_step(ix);
+        if (sampling) sidx_sample(ix, IX_SAMPLES);
+    }
+}
 
 struct result {
     const char *name;
     int n;
     double converge_ms;        /* after the last injection; -1: never */
     struct sim_stats st;
+    struct sidx_stats ix;
+    int has_ix;
     double secs;               /* measured span */
 };
 
@@ -56,6 +96,8 @@ static struct sim *cluster(int n, const struct opts *o, double loss)
     c.loss = loss;
     c.charge_cpu = o->cpu;
     c.ops = &swim_ops;
+    c.on_change = fwd_change;
+    c.on_life = fwd_life;
     static const uint8_t meta[64] = {1}; /* about a UCX worker address */
     c.mbc.meta = meta;
     c.mbc.meta_len = sizeof meta;
@@ -69,6 +111,8 @@ static struct sim *cluster(int n, const struct opts *o, double loss)
     uint64_t cap = sim_now(s) + S(300);
     while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
     sim_run_until(s, sim_now(s) + S(5));
+    long k = o->keys >= 0 ? o->keys : 100000 / n < 1000 ? 100000 / n : 1000;
+    if (k > 0) ix = sidx_new(s, IX_R, (uint32_t)k, IX_FAILURE_MS);
     sim_reset_stats(s);
     return s;
 }
@@ -85,10 +129,12 @@ static int random_up(struct sim *s, int not)
 /* Run to t_end; converge_ms = time from `since` to the last convergence. */
 static void finish(struct sim *s, struct result *r, uint64_t t0, uint64_t since, uint64_t t_end)
 {
-    sim_run_until(s, t_end);
+    advance(s, t_end);
     uint64_t c = sim_converged_at(s);
     r->converge_ms = sim_disagree(s) == 0 ? (c > since ? (double)(c - since) / 1000.0 : 0) : -1;
     sim_stats(s, &r->st);
+    if (ix) sidx_stats(ix, &r->ix);
+    r->has_ix = ix != NULL;
     r->secs = (double)(t_end - t0) / 1e6;
 }
 
@@ -119,7 +165,7 @@ static void sc_partition(struct sim *s, struct result *r)
     for (size_t i = 0; i < n; i++) g[i] = i >= n / 2;
     uint64_t t0 = sim_now(s);
     sim_partition(s, g, 1);
-    sim_run_until(s, t0 + S(30));
+    advance(s, t0 + S(30));
     uint64_t heal = sim_now(s);
     sim_partition(s, g, 0);
     free(g);
@@ -154,7 +200,7 @@ static void sc_churn(struct sim *s, struct result *r)
     size_t n = sim_nodes(s);
     uint64_t t0 = sim_now(s), every = S(60) / (n / 100 ? n / 100 : 1), last = t0;
     for (uint64_t t = t0 + every; t <= t0 + S(180); t += every) {
-        sim_run_until(s, t);
+        advance(s, t);
         sim_crash(s, random_up(s, 0));
         sim_start(s, -1, random_up(s, -1));
         last = t;
@@ -168,24 +214,48 @@ static void sc_rolling(struct sim *s, struct result *r)
     size_t n = sim_nodes(s), k = n < 30 ? n : 30;
     if (tail < 1) k = 10;
     uint64_t t0 = sim_now(s), last = t0;
+    sampling = 1;
     for (size_t i = 0; i < k; i++) {
         int v = (int)((i + 1) % n);
-        sim_run_until(s, t0 + S(2) * i);
+        advance(s, t0 + S(2) * i);
         sim_crash(s, v);
-        sim_run_until(s, sim_now(s) + S(1));
+        advance(s, sim_now(s) + S(1));
         sim_start(s, v, random_up(s, v));
         last = sim_now(s);
     }
     finish(s, r, t0, last, last + T(90));
+    sampling = 0;
 }
 
 /* ------------------------------------------------------------- printing */
 
 static void header(void)
 {
-    printf("%-12s %5s %9s %6s %6s %6s %9s %9s %8s %8s %8s %8s %7s\n", "scenario", "N",
-           "converge", "false", "byPaus", "ofPaus", "det50/99", "all50/99", "msg/n/s",
-           "B/n/s", "cpu%/n", "susp/n/m", "refut");
+    printf("%-12s %5s %9s %6s %6s %6s %6s %9s %9s %8s %8s %8s %8s %7s %6s %8s %9s %7s %7s %6s\n",
+           "scenario", "N",
+           "converge", "false", "byPaus", "ofPaus", "partD", "det50/99", "all50/99", "msg/n/s",
+           "B/n/s", "cpu%/n", "susp/n/m", "refut", "ix:chg", "ent/chg",
+           "ideal/chg", "msg/chg", "resolv%", "tmo%");
+}
+
+/* The index's columns: changes, entries / ideal / messages per change,
+ * sampled LOOKUPs resolved and cut by a timeout. */
+static void ix_cols(const struct result *r)
+{
+    const struct sidx_stats *x = &r->ix;
+    char e[16] = "-", i[16] = "-", m[16] = "-", res[16] = "-", tmo[16] = "-";
+    if (r->has_ix && x->changes) {
+        double c = (double)x->changes;
+        snprintf(e, sizeof e, "%.0f", (double)x->entries / c);
+        snprintf(i, sizeof i, "%.0f", (double)x->ideal / c);
+        snprintf(m, sizeof m, "%.1f", (double)x->msgs / c);
+    }
+    if (r->has_ix && x->lookups) {
+        snprintf(res, sizeof res, "%.2f", 100.0 * (double)x->resolved / (double)x->lookups);
+        snprintf(tmo, sizeof tmo, "%.2f", 100.0 * (double)x->timeouts / (double)x->lookups);
+    }
+    printf(" %6llu %8s %9s %7s %7s %6s\n", r->has_ix ? (unsigned long long)x->changes : 0ull, e, i,
+           m, res, tmo);
 }
 
 static void row(const struct result *r)
@@ -203,12 +273,14 @@ static void row(const struct result *r)
              st->detect_first_p50 / 1000, st->detect_first_p99 / 1000);
     snprintf(d2, sizeof d2, st->detect_all_p50 < 0 ? "-" : "%.1f/%.1f",
              st->detect_all_p50 / 1000, st->detect_all_p99 / 1000);
-    printf("%-12s %5d %9s %6llu %6llu %6llu %9s %9s %8.2f %8.0f %8.4f %8.3f %7llu\n", r->name,
+    printf("%-12s %5d %9s %6llu %6llu %6llu %6llu %9s %9s %8.2f %8.0f %8.4f %8.3f %7llu", r->name,
            r->n, conv, (unsigned long long)st->false_deaths,
            (unsigned long long)st->false_deaths_by_paused,
-           (unsigned long long)st->deaths_of_paused, d1, d2, ns > 0 ? msgs / ns : 0,
+           (unsigned long long)st->deaths_of_paused,
+           (unsigned long long)st->deaths_partitioned, d1, d2, ns > 0 ? msgs / ns : 0,
            ns > 0 ? bytes / ns : 0, ns > 0 ? 100.0 * (double)st->cpu_ns / 1e9 / ns : 0,
            ns > 0 ? (double)st->suspicions / ns * 60 : 0, (unsigned long long)st->refutations);
+    ix_cols(r);
     fflush(stdout);
 }
 
@@ -231,9 +303,12 @@ static const struct {
 
 static struct result run_one(int idx, int n, const struct opts *o)
 {
-    struct result r = {scenarios[idx].name, n, 0, {0}, 0};
+    struct result r = {.name = scenarios[idx].name, .n = n};
     struct sim *s = cluster(n, o, scenarios[idx].loss);
+    if (ix) sidx_reset_stats(ix);
     scenarios[idx].fn(s, &r);
+    sidx_free(ix);
+    ix = NULL;
     sim_free(s);
     return r;
 }
@@ -313,7 +388,7 @@ static int listed(const char *list, const char *name)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {1, 0, 0, 0};
+    struct opts o = {1, 0, 0, 0, -1};
     int bench = 0, sizes[16], ns = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -321,9 +396,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--keys") && i + 1 < argc) o.keys = atol(argv[++i]);
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K]\n");
             return 2;
         }
     }

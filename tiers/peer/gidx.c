@@ -84,6 +84,7 @@
 
 #include "cluster_int.h"
 #include "log.h"
+#include "oplan.h"
 #include "owners.h"
 #include "wire.h"
 
@@ -95,8 +96,7 @@
 #define GX_REPUB_SLICE 2048
 #define GX_SWEEP_SLICE 4096
 #define GX_DEBOUNCE_MS 200
-#define GX_LOG_MAX 1024
-#define GX_TELL_MAX 16
+#define GX_LOG_MAX OP_LOG_MAX
 #define GX_NONE UINT32_MAX
 #define GX_MAX_REPLICAS OW_MAX_REPLICAS
 
@@ -162,16 +162,13 @@ struct gidx {
     /* The view: live members and this node, kept by gx_membership. */
     uint32_t *view, nview, view_cap;
     /* View changes the sweep has not applied to every entry yet (olog[i]
-     * has sequence olog_base + i), as log/log_base below for slots. */
+     * has sequence olog_base + i), as the planner's log for slots. */
     struct gx_change olog[GX_LOG_MAX];
     uint32_t olog_base, olog_n;
-    /* Per local index slot: the change sequence its owners reflect (0:
-     * never told), then r owner ids (OW_NONE for none). */
-    uint32_t r, *so, so_slots;
-    /* Changes not yet applied to every slot: log[i] has sequence
-     * log_base + i; a slot at log_base + log_n is up to date. */
-    struct gx_change log[GX_LOG_MAX];
-    uint32_t log_base, log_n;
+    uint32_t r;
+    /* The owners each local index slot last told, and the changes not
+     * yet applied to every slot (oplan.c, shared with the simulator). */
+    struct oplan pl;
     int pass;            /* a pass is due or under way */
     uint64_t pass_due_ms;
     uint32_t cursor, left;
@@ -546,80 +543,19 @@ static struct gx_sum slot_sum(struct cl_ctx *d, uint32_t s)
 
 /* ------------------------------------------------- owners of local slots */
 
-static uint32_t seq_now(const struct gidx *g)
-{
-    return g->log_base + g->log_n;
-}
-
-/* Slot s's record (grown on demand, zeroed: never told). */
-static uint32_t *slot_rec(struct cl_ctx *d, uint32_t s)
-{
-    struct gidx *g = gx_of(d);
-    if (s >= g->so_slots) {
-        uint32_t n = g->so_slots ? g->so_slots : 1024;
-        while (n <= s) n *= 2;
-        g->so = realloc(g->so, (size_t)n * (g->r + 1) * sizeof *g->so);
-        if (!g->so) abort();
-        memset(g->so + (size_t)g->so_slots * (g->r + 1), 0,
-               (size_t)(n - g->so_slots) * (g->r + 1) * sizeof *g->so);
-        g->so_slots = n;
-    }
-    return g->so + (size_t)s * (g->r + 1);
-}
-
-static uint32_t rec_load(const struct gidx *g, const uint32_t *rec, uint32_t *o)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < g->r; i++)
-        if (rec[1 + i] != OW_NONE) o[n++] = rec[1 + i];
-    return n;
-}
-
-static void rec_store(const struct gidx *g, uint32_t *rec, const uint32_t *o, uint32_t n,
-                      uint32_t seq)
-{
-    rec[0] = seq;
-    for (uint32_t i = 0; i < g->r; i++) rec[1 + i] = i < n ? o[i] : OW_NONE;
-}
-
-/* Apply the logged changes since seq to owners o[0..*n); the members to
- * tell go to tl (*nt of them; *nt > GX_TELL_MAX: tell every owner). */
-static void replay(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t seq,
-                   uint32_t *o, uint32_t *n, uint32_t *tl, uint32_t *nt)
-{
-    struct gidx *g = gx_of(d);
-    uint32_t nv;
-    const uint32_t *v = view_of(d, &nv);
-    for (; seq < seq_now(g); seq++) {
-        const struct gx_change *c = &g->log[seq - g->log_base];
-        uint32_t t = owners_delta(k, nsh, o, n, g->r, c->id, c->kind, v, nv);
-        if (t == OW_NONE) continue;
-        if (*nt < GX_TELL_MAX) tl[*nt] = t;
-        ++*nt;
-    }
-}
-
 /* Bring slot s (holding (k, nsh)) up to date with the log; tell the
  * owners that must hear of it when `send`. Its owners out (*n). */
 static void catch_up(struct cl_ctx *d, uint32_t s, const kvt_key *k, uint64_t nsh,
                      int send, uint32_t *o, uint32_t *n)
 {
     struct gidx *g = gx_of(d);
-    uint32_t *rec = slot_rec(d, s), tl[GX_TELL_MAX], nt = 0;
+    uint32_t nv, t[GX_MAX_REPLICAS], moved;
+    const uint32_t *v = view_of(d, &nv);
+    uint32_t nt = op_catch_up(&g->pl, op_rec(&g->pl, s), k, nsh, v, nv, o, n, t, &moved);
+    if (!send) return;
     struct gx_sum sum = slot_sum(d, s);
-    *n = rec_load(g, rec, o);
-    if (rec[0] == seq_now(g)) return;
-    if (rec[0] == 0 || rec[0] < g->log_base) { /* never told, or older than the log */
-        *n = owners(d, k, nsh, o);
-        nt = rec[0] ? GX_TELL_MAX + 1 : 0;
-        for (uint32_t i = 0; send && i < *n; i++) tell(d, o[i], k, nsh, 0, 0, &sum);
-    } else {
-        replay(d, k, nsh, rec[0], o, n, tl, &nt);
-        for (uint32_t i = 0; send && i < *n; i++)
-            if (nt > GX_TELL_MAX || has(tl, nt, o[i])) tell(d, o[i], k, nsh, 0, 0, &sum);
-    }
-    if (send) g->moved += nt > GX_TELL_MAX ? *n : nt;
-    rec_store(g, rec, o, *n, seq_now(g));
+    for (uint32_t i = 0; i < nt; i++) tell(d, t[i], k, nsh, 0, 0, &sum);
+    g->moved += moved;
 }
 
 void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
@@ -629,16 +565,16 @@ void cluster_held(struct cl_ctx *d, uint32_t slot, int held)
     const struct idx_entry *e = idx_at(d->idx, slot);
     uint64_t nsh = gx_ns_hash(d->host->ns_name(d->host->core, e->ns));
     uint32_t o[GX_MAX_REPLICAS], n, was[GX_MAX_REPLICAS], nw;
-    uint32_t *rec = slot_rec(d, slot);
+    uint32_t *rec = op_rec(&g->pl, slot);
     struct gx_sum sum = slot_sum(d, slot);
     if (held) {
         n = owners(d, &e->key, nsh, o);
         for (uint32_t i = 0; i < n; i++) tell(d, o[i], &e->key, nsh, 0, 1, &sum);
-        rec_store(g, rec, o, n, seq_now(g));
+        op_store(&g->pl, rec, o, n);
         return;
     }
     if (rec[0] == 0) return; /* nobody was told */
-    nw = rec_load(g, rec, was);
+    nw = op_load(&g->pl, rec, was);
     catch_up(d, slot, &e->key, nsh, 0, o, &n);
     /* The owners told before (they answer until the view settles) and
      * those told since. */
@@ -660,12 +596,7 @@ static void pass_extend(struct cl_ctx *d)
 
 static void log_change(struct cl_ctx *d, uint32_t id, enum ow_change kind)
 {
-    struct gidx *g = gx_of(d);
-    if (g->log_n == GX_LOG_MAX) { /* older slots are told in full */
-        g->log_base += g->log_n + 1;
-        g->log_n = 0;
-    }
-    g->log[g->log_n++] = (struct gx_change){id, kind};
+    op_log(&gx_of(d)->pl, id, kind);
     pass_extend(d);
 }
 
@@ -710,8 +641,7 @@ static void pass_slice(struct cl_ctx *d)
     if (g->left && d->idx->used) return;
     g->pass = 0; /* every READY slot reflects the whole log */
     g->left = 0;
-    g->log_base = seq_now(g);
-    g->log_n = 0;
+    op_settle(&g->pl);
     flush_due(d, 1);
 }
 
@@ -1188,7 +1118,8 @@ int gx_open(struct cl_ctx *d)
     g->free_head = GX_NONE;
     g->r = (uint32_t)d->cfg.cluster_replicas;
     if (g->r > GX_MAX_REPLICAS) g->r = GX_MAX_REPLICAS;
-    g->log_base = g->olog_base = 1; /* 0: never told, never counted */
+    op_init(&g->pl, g->r);
+    g->olog_base = 1; /* 0: never counted */
     for (uint32_t i = 0; i < d->cl->n; i++)
         if (cl_alive(&d->cl->m[i]) && d->cl->m[i].id != d->cl->self_id)
             view_set(g, d->cl->m[i].id, 1);
@@ -1212,7 +1143,7 @@ void gx_close(struct cl_ctx *d)
         }
     free(g->e);
     free(g->bucket);
-    free(g->so);
+    op_free(&g->pl);
     free(g->view);
     free(g);
     d->cl->gx = NULL;
@@ -1230,7 +1161,7 @@ void gx_stats(struct cl_ctx *d, struct gx_stats *st)
     st->peer_hits = g->peer_hits;
     st->batches = g->n_batches;
     st->pass = (uint32_t)g->pass;
-    st->log = g->log_n;
+    st->log = g->pl.log_n;
     st->sweep = g->sweep_left > 0;
 }
 

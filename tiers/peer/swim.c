@@ -15,7 +15,11 @@
  * retransmit_mult * log10(n+1) times, packed up to max_msg_bytes; extra
  * gossip-only rounds run while the queue is not empty. Precedence follows
  * SWIM: a higher incarnation wins; at equal incarnation dead/left beat
- * suspect beat alive. Only a member raises its own incarnation: told it is
+ * suspect beat alive -- except that another member's death claim only
+ * ends a suspicion held here for the minimum suspicion timeout: about a
+ * member held alive it starts one (merge_dead), so a stale claim (from
+ * across a healed partition) cannot kill a member before it can refute.
+ * Only a member raises its own incarnation: told it is
  * suspect or dead, it refutes with alive at a higher one. Any message to a
  * member this node holds suspect or dead carries that claim (the Lifeguard
  * "buddy system"), so the member hears it at once and refutes.
