@@ -4,8 +4,11 @@
  *
  *   swimsim                 the short correctness run of `make test`: N=100,
  *                           asserts properties (no false death on a clean
- *                           network, every crash detected by every node,
- *                           join/leave/partition heal converge), never times
+ *                           network nor after a partition heals, every crash
+ *                           detected by every node, join/leave/partition
+ *                           heal converge, the index moves at most 1.5x
+ *                           what changed owners and resolves >= 99% of
+ *                           LOOKUPs in the rolling restart), never times
  *   swimsim --bench [N...]  every scenario at each N (default 10 100 1000),
  *                           one table row each (scripts/run-bench.sh)
  *   --only A,B,...          with --bench: those scenarios alone
@@ -334,6 +337,15 @@ static int find(const char *name)
     abort();
 }
 
+/* The index moved at most 1.5 times what had to move. */
+static void check_moved(const struct result *rr)
+{
+    struct result r = *rr;
+    CHECK(r.has_ix && r.ix.changes > 0, "the index saw no change");
+    CHECK(2 * r.ix.entries <= 3 * r.ix.ideal, "%llu entries moved for %llu keys that changed owners",
+          (unsigned long long)r.ix.entries, (unsigned long long)r.ix.ideal);
+}
+
 static int short_run(const struct opts *o)
 {
     const int n = 100;
@@ -351,6 +363,7 @@ static int short_run(const struct opts *o)
           (unsigned long long)r.st.crashes_detected, (unsigned long long)r.st.crashes);
     CHECK(r.converge_ms >= 0, "some node still holds a crashed node live");
     CHECK(r.st.false_deaths == 0, "false deaths");
+    check_moved(&r);
 
     r = run_one(find("pause5s"), n, o);
     row(&r);
@@ -361,18 +374,26 @@ static int short_run(const struct opts *o)
     r = run_one(find("partition"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the healed partition did not converge");
+    CHECK(r.st.false_deaths == 0, "%llu false deaths after the heal",
+          (unsigned long long)r.st.false_deaths);
 
     r = run_one(find("join"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the join did not converge");
+    check_moved(&r);
     r = run_one(find("leave"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the leave did not converge");
     CHECK(r.st.left_as_dead == 0, "a node that left was declared dead");
+    check_moved(&r);
 
     r = run_one(find("rolling2s"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the rolling restart did not converge");
+    check_moved(&r);
+    CHECK(r.ix.lookups > 0 && 100 * r.ix.resolved >= 99 * r.ix.lookups,
+          "%llu of %llu LOOKUPs resolved during the rolling restart",
+          (unsigned long long)r.ix.resolved, (unsigned long long)r.ix.lookups);
     printf("%s\n", fails ? "swimsim: FAILED" : "swimsim: all properties hold");
     return fails ? 1 : 0;
 }
