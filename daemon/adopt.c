@@ -14,6 +14,9 @@
  * and counted, never served. This costs one pass over the adopted bytes
  * on the core thread, before any client is served. The journal is then
  * rewritten as a snapshot of what was adopted.
+ * With tenants' own pools (dram.h) the one journal covers every pool: its
+ * label is the layout of the pools, and a record is adopted only inside
+ * a kept pool, the one its namespace belongs to.
  */
 #include <stdlib.h>
 #include <string.h>

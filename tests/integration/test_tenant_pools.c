@@ -339,6 +339,11 @@ static int as_alpha_flood(void)
     CK(kvt_connect(D.sock, &c) == KVT_OK);
     for (uint64_t s = 100; s < 148; s++) CK(put_seed(c, "alpha/big", s, BIG) == KVT_OK);
     CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
+    kvt_key k = td_key(100); /* the first went to make room */
+    kvt_lease l;
+    kvt_chunk ch;
+    size_t got = 9;
+    CK(kvt_get(c, "alpha/big", &k, 1, &l, &ch, &got) == KVT_OK && got == 0);
     kvt_close(c);
     return 0;
 }
@@ -433,6 +438,14 @@ static void test_pool_bounded(void **state)
     assert_int_equal(status, 200);
     assert_non_null(strstr(body, "kvtier_pool_capacity_bytes{pool=\"alpha\"} 16777216"));
     assert_non_null(strstr(body, "kvtier_pool_capacity_bytes{pool=\"default\"} 67108864"));
+    const char *a = strstr(body, "kvtier_pool_used_bytes{pool=\"alpha\"} ");
+    const char *d = strstr(body, "kvtier_pool_used_bytes{pool=\"default\"} ");
+    assert_non_null(a);
+    assert_non_null(d);
+    unsigned long long ua = strtoull(strchr(a, ' ') + 1, NULL, 10);
+    unsigned long long ud = strtoull(strchr(d, ' ') + 1, NULL, 10);
+    assert_true(ua >= 8ull << 20 && ua <= 16ull << 20); /* full, within its size */
+    assert_true(ud >= CH && ud < 8ull << 20);           /* beta's chunks only */
     free(body);
 }
 
