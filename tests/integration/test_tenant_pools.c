@@ -473,13 +473,15 @@ static void test_restart_file(void **state)
 static int notify_socket(const struct tdaemon *d, char *path, size_t len)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(path, len, "%s/notify", d->dir);
+    snprintf(path, len, "%.90s/notify", d->dir);
     snprintf(a.sun_path, sizeof a.sun_path, "%.100s", path);
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     assert_true(s >= 0);
     assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
     return s;
 }
+
+static int alpha_removed; /* FDSTOREREMOVE of alpha's name was seen */
 
 /* The fds stored under the two names (waits up to 10 s each). */
 static void await_stored(int s, int *def, int *alpha)
@@ -503,6 +505,7 @@ static void await_stored(int s, int *def, int *alpha)
         int fd = -1;
         struct cmsghdr *c = CMSG_FIRSTHDR(&m);
         if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        if (strstr(buf, "FDSTOREREMOVE=1\nFDNAME=kvtier-pool-alpha")) alpha_removed = 1;
         if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool-alpha") && fd >= 0) *alpha = fd;
         else if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool") && fd >= 0) *def = fd;
         else if (fd >= 0) close(fd);
@@ -517,7 +520,7 @@ static void test_restart_memfd(void **state)
     if (getuid() != 0) skip();
     const char *more[] = {"--dram.adopt", "1", "--dram.pool", "memfd", NULL};
     const char *a[32];
-    char npath[400];
+    char npath[108];
     struct tdaemon R;
     memset(&R, 0, sizeof R);
     assert_int_equal(td_init(&R), 0);
@@ -573,6 +576,61 @@ static void test_bad_pool_lines(void **state)
     refused(small, "pool=4K");
     refused(name, "its name may hold only");
     refused(meet, "shares no namespace prefix");
+    /* A symlink where alpha's pool file goes: no start, nothing followed. */
+    struct tdaemon B;
+    char ap[400];
+    memset(&B, 0, sizeof B);
+    assert_int_equal(td_init(&B), 0);
+    pool_file_of(&B, ap, sizeof ap);
+    assert_int_equal(symlink("/etc/passwd", ap), 0);
+    pid_t p = td_spawn(&B, tenants_args);
+    assert_true(p > 0);
+    assert_true(td_wait_exit(p, 10000) != 0);
+    assert_true(td_log_has(&B, "tenant alpha's pool"));
+    assert_true(td_log_has(&B, "is a symlink"));
+    unlink(ap);
+    td_cleanup(&B);
+}
+
+/* A memfd handed back under alpha's name but of the wrong size is
+ * refused, dropped from the store, and alpha gets a fresh pool. */
+static void test_memfd_misfit(void **state)
+{
+    (void)state;
+    if (getuid() != 0) skip();
+    const char *more[] = {"--dram.adopt", "1", "--dram.pool", "memfd", NULL};
+    const char *a[32], *names[1] = {"kvtier-pool-alpha"};
+    char npath[108];
+    struct tdaemon R;
+    memset(&R, 0, sizeof R);
+    assert_int_equal(td_init(&R), 0);
+    chmod(R.dir, 0711);
+    int ns = notify_socket(&R, npath, sizeof npath);
+    int bad = memfd_create("kvtier-pool-alpha", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(bad >= 0);
+    assert_int_equal(ftruncate(bad, 8 << 20), 0);
+    assert_int_equal(fcntl(bad, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    setenv("NOTIFY_SOCKET", npath, 1);
+    int rv = td_start_fds(&R, args2(a, tenants_args, more), &bad, names, 1);
+    unsetenv("NOTIFY_SOCKET");
+    assert_int_equal(rv, 0);
+    close(bad);
+    assert_true(td_log_has(&R, "refusing the pool fd handed back by the fd store "
+                               "(kvtier-pool-alpha)"));
+    int fds[2];
+    alpha_removed = 0;
+    await_stored(ns, &fds[0], &fds[1]); /* both stored afresh */
+    assert_true(fds[0] >= 0 && fds[1] >= 0);
+    assert_true(alpha_removed);
+    struct stat st;
+    assert_int_equal(fstat(fds[1], &st), 0);
+    assert_int_equal(st.st_size, 16 << 20);
+    assert_int_equal(run_on(&R, UID_ALPHA, GID_ALPHA, 0, "alpha"), 0);
+    assert_int_equal(td_stop(&R), 0);
+    close(fds[0]);
+    close(fds[1]);
+    close(ns);
+    td_cleanup(&R);
 }
 
 /* The child: run one role against the daemon in dir. */
@@ -601,6 +659,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pool_bounded),
         cmocka_unit_test(test_restart_file),
         cmocka_unit_test(test_restart_memfd),
+        cmocka_unit_test(test_memfd_misfit),
         cmocka_unit_test(test_bad_pool_lines),
     };
     if (getenv("KVT_TEST_FILTER")) cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
