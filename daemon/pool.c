@@ -157,6 +157,9 @@ int pool_open_tenants(struct kvtierd *d)
         d->tenant_pool[i] = 0;
         if (d->cfg.tenants.v[i].pool_bytes && open_tenant(d, i, memfd) != 0) return -1;
     }
+    if (d->dram->n_seg > 1 && !d->cfg.local_fast)
+        log_warn("dram", "tenants' own pools are handed out only on the fast channel "
+                 "(daemon.local_fast = 0): their clients copy");
     return 0;
 }
 
