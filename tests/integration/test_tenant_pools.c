@@ -18,6 +18,7 @@
  * channel, the fd it receives is the default pool's), cannot open alpha's
  * pool file, and its GET of alpha's key is refused; filling alpha's pool
  * evicts only alpha's chunks (each pool is bounded by its own size);
+ * chunks sent to NVMe come back into alpha's pool;
  * both pools are adopted across a restart, file-backed and as memfds
  * handed back by a play fd store (LISTEN_FDS); an operator writing into
  * alpha's namespace copies (it does not map alpha's pool); bad pool
@@ -46,6 +47,7 @@
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "nvtest.h"
 #include "ops.h"
 
 #define UID_ALPHA 50001
@@ -449,6 +451,51 @@ static void test_pool_bounded(void **state)
     free(body);
 }
 
+/* One pool's used bytes from the daemon's metrics. */
+static unsigned long long pool_used(const struct tdaemon *d, const char *pool)
+{
+    char base[128], *body = NULL, want[96];
+    int status = 0;
+    assert_int_equal(ops_metrics_base(d, base, sizeof base, 5000), 0);
+    assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 200);
+    snprintf(want, sizeof want, "kvtier_pool_used_bytes{pool=\"%s\"} ", pool);
+    const char *at = strstr(body, want);
+    assert_non_null(at);
+    unsigned long long v = strtoull(at + strlen(want), NULL, 10);
+    free(body);
+    return v;
+}
+
+/* With an NVMe tier: FLUSH --evict sends alpha's chunks down, and its
+ * zero-copy GET brings them back into alpha's pool, not the default. */
+static void test_nvme_back_to_own_pool(void **state)
+{
+    (void)state;
+    if (getuid() != 0) skip();
+    const char *a[48];
+    struct tdaemon R;
+    memset(&R, 0, sizeof R);
+    assert_int_equal(td_init(&R), 0);
+    chmod(R.dir, 0711);
+    nvt_args(a, 48, 64, 16, tenants_args);
+    assert_int_equal(td_start(&R, a), 0);
+    assert_int_equal(run_on(&R, UID_ALPHA, GID_ALPHA, 0, "alpha"), 0);
+    assert_true(pool_used(&R, "alpha") >= 8 * CH);
+    kvt_client *op = td_connect(&R);
+    Kvtier__FlushResp fr;
+    assert_int_equal(nvt_flush(op, 1, &fr), KVT_OK);
+    assert_int_equal(fr.failed, 0);
+    assert_int_equal(pool_used(&R, "alpha"), 0);
+    assert_int_equal(run_on(&R, UID_ALPHA, GID_ALPHA, 0, "alpha-again"), 0);
+    assert_true(pool_used(&R, "alpha") >= 8 * CH);
+    assert_int_equal(pool_used(&R, "default"), 0);
+    assert_true(nvt_stat(op, "promotions") >= 8);
+    kvt_close(op);
+    assert_int_equal(td_stop(&R), 0);
+    td_cleanup(&R);
+}
+
 /* File-backed pools: a restart adopts both. */
 static void test_restart_file(void **state)
 {
@@ -657,6 +704,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_beta_kept_out),
         cmocka_unit_test(test_operator_copies),
         cmocka_unit_test(test_pool_bounded),
+        cmocka_unit_test(test_nvme_back_to_own_pool),
         cmocka_unit_test(test_restart_file),
         cmocka_unit_test(test_restart_memfd),
         cmocka_unit_test(test_memfd_misfit),
