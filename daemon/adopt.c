@@ -14,6 +14,9 @@
  * and counted, never served. This costs one pass over the adopted bytes
  * on the core thread, before any client is served. The journal is then
  * rewritten as a snapshot of what was adopted.
+ * With tenants' own pools (dram.h) the one journal covers every pool: its
+ * label is the layout of the pools, and a record is adopted only inside
+ * a kept pool, the one its namespace belongs to.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #include "journal.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "pool.h"
 #include "store.h"
 
 #define COMPACT_MIN (4u << 20)
@@ -56,6 +60,16 @@ static void on_del(void *arg, const char *ns, const kvt_key *key)
     if (slot != IDX_NONE) drop_pending(R->d, slot);
 }
 
+/* Is r in its namespace's pool (tenants keep to theirs), and was that
+ * pool's content kept? A pool made afresh holds nothing of the last run. */
+static int pool_holds(const struct kvtierd *d, const struct jrec *r)
+{
+    uint32_t p = dram_pool_of_off(d->dram, r->off);
+    const struct dram_seg *s = &d->dram->seg[p];
+    return s->adopted && r->off >= s->off && r->size <= s->bytes &&
+           r->off - s->off <= s->bytes - r->size && p == pool_of_ns(d, r->ns);
+}
+
 static void on_add(void *arg, const struct jrec *r)
 {
     struct replay *R = arg;
@@ -64,7 +78,7 @@ static void on_add(void *arg, const struct jrec *r)
     uint16_t id = ns_intern(&d->ns, r->ns);
     if (id == NS_NONE) return;
     on_del(arg, r->ns, &r->key); /* a chunk added again replaces itself */
-    if (r->size == 0 || r->size > d->cfg.max_chunk_bytes ||
+    if (r->size == 0 || r->size > d->cfg.max_chunk_bytes || !pool_holds(d, r) ||
         d->dram->tier.ops->alloc_at(&d->dram->tier, r->off, r->size, &loc) != KVT_OK) {
         R->skipped++;
         return;
@@ -201,17 +215,20 @@ void adopt_tick(struct kvtierd *d)
 
 int adopt_open(struct kvtierd *d)
 {
-    char path[CFG_STR_MAX + 32], err[CFG_STR_MAX + 64];
+    char path[CFG_STR_MAX + 32], err[CFG_STR_MAX + 64], layout[4096];
     if (!d->cfg.dram_adopt) return 0;
     snprintf(path, sizeof path, "%s/dram.journal", d->cfg.state_dir);
-    if (journal_open(path, d->dram->bytes, d->dram->path, &d->journal, err,
+    dram_layout(d->dram, layout, sizeof layout);
+    if (journal_open(path, d->dram->bytes, layout, &d->journal, err,
                      sizeof err) != 0) {
         log_error("dram", "%s", err);
         return -1;
     }
     d->ns.journal = d->journal; /* renamed ids are named afresh */
     struct replay R = {d, NULL, 0, 0, 0};
-    long long recs = d->dram->adopted ? journal_replay(d->journal, on_add, on_del, &R) : 0;
+    int any = 0;
+    for (uint32_t i = 0; i < d->dram->n_seg; i++) any |= d->dram->seg[i].adopted;
+    long long recs = any ? journal_replay(d->journal, on_add, on_del, &R) : 0;
     if (recs < 0) log_warn("dram", "cannot read %s: nothing adopted", path);
     d->adopted = commit_all(&R);
     free(R.v);

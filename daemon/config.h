@@ -34,6 +34,7 @@ struct kvt_tenant {
     uint32_t n_prefixes;
     char tls[128];              /* tls+tcp:// listener of its remote clients */
     char ca[CFG_STR_MAX];       /* CA that signs its client certificates */
+    uint64_t pool_bytes;        /* >0: its own DRAM pool of this size */
 };
 
 struct kvt_tenants {

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"
+#include "pool.h"
 #include "tenant.h"
 #include "wire.h"
 
@@ -199,6 +200,24 @@ static void give_pool_fd(struct req *r, Kvtier__HelloResp *h)
         log_warn("dram", "cannot pass the pool fd to client %u", r->pipe);
 }
 
+/* A tenant with a pool of its own: its clients are told of that pool
+ * alone, never its path (the file is the daemon's, mode 0600), and one
+ * on the fast channel is handed its fd; the default pool is not named. */
+static void own_pool(struct req *r, Kvtier__HelloResp *h, int tn)
+{
+    struct kvtierd *d = r->d;
+    const struct dram_seg *s = &d->dram->seg[d->tenant_pool[tn]];
+    h->pool_path = "";
+    h->pool_memfd = 1;
+    h->pool_bytes = s->bytes;
+    h->pool_offset = s->off;
+    h->pool = d->tenant_pool[tn];
+    if (!tenant_may_map_own(d->tenants, r->pipe, tn)) return;
+    if (local_attach_fd(d->local, s->fd) != 0)
+        log_warn("dram", "cannot pass tenant %s's pool fd to client %u",
+                 d->cfg.tenants.v[tn].name, r->pipe);
+}
+
 static void do_hello(struct req *r, const Kvtier__Hello *q)
 {
     struct kvtierd *d = r->d;
@@ -212,13 +231,15 @@ static void do_hello(struct req *r, const Kvtier__Hello *q)
     h->proto_version = KVT_PROTO_VERSION;
     h->daemon_version = KVT_VERSION;
     h->pool_path = d->dram->path;
-    h->pool_bytes = d->dram->bytes;
+    h->pool_bytes = d->dram->seg[0].bytes;
     h->client_id = r->pipe;
     h->max_keys = (uint32_t)d->cfg.max_keys;
     h->max_chunk_bytes = d->cfg.max_chunk_bytes;
     h->gpu = d->gpu;
     h->local_path = d->local_path;
-    if (d->dram->memfd) give_pool_fd(r, h);
+    int tn = tenant_of(d->tenants, r->pipe);
+    if (tn >= 0 && d->tenant_pool[tn]) own_pool(r, h, tn);
+    else if (d->dram->memfd) give_pool_fd(r, h);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_HELLO;
     r->rsp->hello = h;
 }
@@ -308,6 +329,7 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     Kvtier__PutBeginResp *pr = arena_alloc(r->a, sizeof *pr);
     kvtier__put_begin_resp__init(pr);
     pr->lease = l->id;
+    pr->pool = pool_of_ns(d, q->ns);
     pr->n_slots = l->n;
     pr->slots = arena_alloc(r->a, l->n * sizeof *pr->slots);
     Kvtier__Slot *sl = arena_alloc(r->a, l->n * sizeof *sl);
@@ -472,6 +494,7 @@ static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
         d->st.bytes_out += idx_at(&d->idx, slots[i])->size;
     }
     g->lease = l->id;
+    g->pool = store_pool(d, slots[0]); /* one namespace: one pool */
     g->n_slots = n;
 }
 
@@ -572,12 +595,7 @@ static void do_clear(struct req *r, const Kvtier__Clear *q)
 
 static void do_evict(struct req *r, const Kvtier__Evict *q)
 {
-    struct kvtierd *d = r->d;
-    uint64_t cap = d->dram->bytes;
-    uint64_t want = q->bytes ? q->bytes
-                             : cap - (uint64_t)((double)cap * d->cfg.low_watermark);
-    if (want > cap) want = cap;
-    set_count(r, store_evict(d, want, UINT32_MAX));
+    set_count(r, store_evict(r->d, q->bytes, UINT32_MAX));
 }
 
 /* ------------------------------------------------------------ stats, list */

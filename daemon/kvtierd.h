@@ -42,6 +42,8 @@ struct kvtierd {
     struct kvt_config cfg;
     struct dram *dram;
     unsigned pool_gid;     /* group whose members may map a memfd pool */
+    uint32_t tenant_pool[CFG_TENANTS_MAX]; /* each tenant's pool (0: the
+                                            * default one), pool.c */
     struct idx idx;
     struct ns_table ns;
     struct lease_table leases;
@@ -51,7 +53,8 @@ struct kvtierd {
     struct counters st;
     uint32_t *pipes; /* connected nng pipe ids */
     uint32_t n_pipes, cap_pipes;
-    uint64_t evict_target; /* >0: bytes still to free in slices */
+    uint64_t evict_target; /* >0: some pool has bytes to free in slices */
+    uint64_t pool_target[DRAM_POOLS_MAX]; /* each pool's bytes to free */
     char gpu[160];
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
     struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */

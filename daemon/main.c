@@ -232,7 +232,7 @@ static void on_pipe(void *arg, uint32_t pipe, int added)
 
 static int open_tiers(struct kvtierd *d)
 {
-    if (pool_open(d) != 0) return -1;
+    if (pool_open(d) != 0 || pool_open_tenants(d) != 0) return -1;
     if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->nvx->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;

@@ -306,10 +306,30 @@ static void render_nvme(struct sbuf *b, struct kvtierd *d)
         "DRAM chunks adopted at start from the previous run's pool.", "", d->adopted);
 }
 
+/* The DRAM pools: "default", and each tenant's own by its name. */
+static void render_pools(struct sbuf *b, struct kvtierd *d)
+{
+    char l[96];
+    const char *name[DRAM_POOLS_MAX] = {"default"};
+    for (uint32_t i = 0; i < d->cfg.tenants.n; i++)
+        if (d->tenant_pool[i]) name[d->tenant_pool[i]] = d->cfg.tenants.v[i].name;
+    family(b, "kvtier_pool_capacity_bytes", "gauge", "Size of each DRAM pool.");
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        snprintf(l, sizeof l, "pool=\"%s\"", name[p] ? name[p] : "?");
+        sample(b, "kvtier_pool_capacity_bytes", l, d->dram->seg[p].bytes);
+    }
+    family(b, "kvtier_pool_used_bytes", "gauge", "Bytes allocated in each DRAM pool.");
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        snprintf(l, sizeof l, "pool=\"%s\"", name[p] ? name[p] : "?");
+        sample(b, "kvtier_pool_used_bytes", l, dram_pool_used(d->dram, p));
+    }
+}
+
 static void render_tiers(struct sbuf *b, struct kvtierd *d)
 {
     const char *t = "tier=\"dram\"";
     tier_gauges(b, d);
+    render_pools(b, d);
     family(b, "kvtier_tier_chunks", "gauge", "Committed chunks with a copy in each tier.");
     sample(b, "kvtier_tier_chunks", t, d->idx.n_in[0]);
     if (d->nvme) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx.n_in[1]);

@@ -89,9 +89,9 @@ static void h_free_slot(void *core, uint32_t slot)
     store_free(core, slot);
 }
 
-static kvt_err h_alloc_dram(void *core, uint64_t size, uint32_t *blk)
+static kvt_err h_alloc_dram(void *core, uint16_t ns, uint64_t size, uint32_t *blk)
 {
-    return store_alloc_dram(core, size, blk);
+    return store_alloc_dram(core, ns, size, blk);
 }
 
 static void h_drop_dram(void *core, uint32_t slot)
