@@ -1023,7 +1023,7 @@ void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
     for (uint32_t i = 0; i < q->n; i++) {
         uint32_t id = h->holders[i], na = h->n_alt_count ? h->alt_count[i] : 0;
         struct gx_sum *sum = &p->sum[q->idx[i]];
-        const uint32_t *alt = h->alt + a;
+        const uint32_t *alt = na ? h->alt + a : NULL;
         a += na;
         if (!usable(d, id)) continue;
         if (p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
