@@ -8,9 +8,10 @@
  * Node 1 serves its first pin intact and corrupts every later one; node
  * 2 the same. Node 3 is the requester.
  *   - Two holders, the first corrupt: node 1 commits key A; node 2 pulls
- *     it (node 1's first pin: intact), so the owners list node 1, then
- *     node 2. Node 3's GET is pinned at node 1 first (corrupt: counted),
- *     then at node 2 (its first pin: intact): the right bytes.
+ *     it (node 1's first pin: intact) once every owner has node 1's word,
+ *     so the owners list node 1, then node 2. Node 3's GET is pinned at node 1 first (corrupt: counted),
+ *     then at node 2 (its first pin: intact): the right bytes. Node 3
+ *     asks only once the owners have node 2's word (published()).
  *   - Two holders, both corrupt: nodes 1 and 2 both commit key B; node 3's
  *     GET finds both corrupt: two mismatches counted, a miss, and no byte
  *     of either reaches the client.
@@ -29,11 +30,13 @@
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "peer/cluster_int.h"
+#include "peer/owners.h"
 
 #define N 3
 #define NS "cl/retry"
 #define CHUNK (64u << 10)
-#define MARKS 8
+#define REPLICAS 2 /* cluster.replicas' default */
 
 static struct tcluster T;
 #define C T.c
@@ -91,14 +94,42 @@ static void wait_found(int i, uint64_t seed)
     fail_msg("node %d never found key %llu", i + 1, (unsigned long long)seed);
 }
 
-/* What node `from` holds has reached the owners: it commits MARKS more
- * keys after it, batched with it or behind it on the same channels, and
- * node 3 finds every one of them through the owners. */
-static void published(int from, uint64_t base)
+/* The owners of the key of seed among nodes 1..3 (ids), best first. */
+static uint32_t owners(uint64_t seed, uint32_t *o)
 {
-    for (uint64_t s = base; s < base + MARKS; s++) put_one(from, s);
-    for (uint64_t s = base; s < base + MARKS; s++) wait_found(2, s);
-    usleep(200000);
+    static const uint32_t view[N] = {1, 2, 3};
+    kvt_key k = td_key(seed);
+    return owners_of(&k, gx_ns_hash(NS), view, N, REPLICAS, o);
+}
+
+static int owns(uint64_t seed, uint32_t id)
+{
+    uint32_t o[REPLICAS], n = owners(seed, o);
+    for (uint32_t i = 0; i < n; i++)
+        if (o[i] == id) return 1;
+    return 0;
+}
+
+/* Node `from` holds the key of seed: wait until every other owner of it
+ * has been told. For each such owner, node `from` commits one more key
+ * that this owner owns too; what node `from` tells an owner travels in
+ * order on one channel (a batch per owner, flushed in turn), so once the
+ * owner counts the new key's entry it has the first one too. */
+static void published(int from, uint64_t seed, uint64_t base)
+{
+    uint32_t o[REPLICAS], n = owners(seed, o);
+    for (uint32_t i = 0; i < n; i++) {
+        int owner = (int)o[i] - 1;
+        if (owner == from) continue; /* its own entries are applied at once */
+        uint64_t mark = base;
+        while (!owns(mark, o[i])) mark++;
+        base = mark + 1;
+        uint64_t had = COUNTER(owner, index_entries);
+        put_one(from, mark);
+        int t = 0;
+        while (COUNTER(owner, index_entries) <= had && t++ < 400) usleep(25000);
+        assert_true(t <= 400);
+    }
 }
 
 static int setup(void **state)
@@ -127,11 +158,12 @@ static void test_corrupt_holder_then_good_one(void **state)
 {
     (void)state;
     put_one(0, 1);
+    published(0, 1, 50); /* every owner lists node 1 first */
     wait_found(1, 1);
     uint64_t bad2 = COUNTER(1, bad_checksums);
     assert_int_equal(get_one(1, 1), 1); /* node 1's first pin: intact */
     assert_int_equal(COUNTER(1, bad_checksums), bad2);
-    published(1, 100);
+    published(1, 1, 100);
     uint64_t bad = COUNTER(2, bad_checksums), hits = COUNTER(2, remote_hits);
     assert_int_equal(get_one(2, 1), 1); /* node 1 corrupt, node 2 intact */
     assert_int_equal(COUNTER(2, bad_checksums), bad + 1);
@@ -144,9 +176,9 @@ static void test_every_holder_corrupt(void **state)
 {
     (void)state;
     put_one(0, 2);
-    wait_found(2, 2);
     put_one(1, 2); /* the same bytes: a second holder */
-    published(1, 200);
+    published(0, 2, 250);
+    published(1, 2, 200);
     uint64_t bad = COUNTER(2, bad_checksums), hits = COUNTER(2, remote_hits);
     assert_int_equal(get_one(2, 2), 0); /* a miss, and no wrong byte */
     assert_int_equal(COUNTER(2, bad_checksums), bad + 2);
