@@ -24,7 +24,7 @@
  *
  * Identity (cluster.tls_*, the default): the control channel is nng's
  * tls+tcp with mutual authentication against cluster.tls_ca, so nothing
- * without a certificate from that CA reaches apply(). nng 1.5 does not
+ * without a certificate from that CA reaches cl_apply(). nng 1.5 does not
  * tell a listener which certificate a pipe presented, so the id a message
  * claims is proven the other way round: every dial to member N requires
  * the name kvtier-node-N in the certificate of whoever answers there, and
@@ -529,7 +529,7 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
     }
 }
 
-static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
+void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
@@ -570,7 +570,7 @@ void cluster_poll(struct cl_ctx *d)
     struct qmsg *q = take_all(d->cl);
     while (q) {
         struct qmsg *next = q->next;
-        apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
+        cl_apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
         nng_msg_free(q->m);
         free(q);
         q = next;
