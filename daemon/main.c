@@ -240,10 +240,15 @@ static int open_tiers(struct kvtierd *d)
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     lease_init(&d->leases, handle_lease_release, d);
     d->ns.idx = &d->idx;
-    if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
+    d->adopt.idx = &d->idx;
+    d->adopt.ns = &d->ns;
+    d->adopt.dram = d->dram;
+    if (adopt_open(&d->adopt, (int)d->cfg.dram_adopt, d->cfg.state_dir,
+                   d->cfg.max_chunk_bytes) != 0)
+        return -1; /* the last run's DRAM chunks */
     if (nvs_open(d->nvx) != 0) return -1; /* loads the NVMe index */
     tierhost_order(d);
-    return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
+    return tierhost_kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
 static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
@@ -387,7 +392,7 @@ static void begin_drain(struct kvtierd *d, unsigned signo)
 static uint64_t unfinished(const struct kvtierd *d)
 {
     uint64_t n = d->leases.count;
-    if (d->kvc) n += d->kvc->n_xfers + d->kvc->n_waiters;
+    n += kvc_unfinished(d->kvc);
     return n;
 }
 
@@ -418,7 +423,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     d->st.expired_leases += lease_expire(&d->leases, now);
     store_watermark(d);
     nvs_tick(d->nvx);
-    adopt_tick(d);
+    adopt_tick(&d->adopt);
     cluster_tick(d->clx);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
@@ -566,7 +571,7 @@ static int flush_for_restart(struct kvtierd *d)
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
     if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
-    kvc_close(d); /* workers first: they post to the server */
+    tierhost_kvc_close(d); /* workers first: they post to the server */
     if (d->clx) cluster_close(d->clx);
     if (d->nvx) tierhost_order(d); /* the peer tier is gone */
     park_close(d->park); /* what no module answered: dropped, before the transports */
@@ -584,7 +589,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
         nvs_close(d->nvx);
         tierhost_order(d); /* the NVMe tier is gone */
     }
-    adopt_close(d); /* the journal the next daemon adopts the pool by */
+    adopt_close(&d->adopt); /* the journal the next daemon adopts the pool by */
     ev_close(d->ev);
     d->ev = NULL;
     idx_destroy(&d->idx);

@@ -303,7 +303,7 @@ static void render_nvme(struct sbuf *b, struct kvtierd *d)
     one(b, "kvtier_nvme_verified_records_total", "counter",
         "NVMe records re-read and checked by VERIFY.", "", st->scrubbed);
     one(b, "kvtier_adopted_chunks", "gauge",
-        "DRAM chunks adopted at start from the previous run's pool.", "", d->adopted);
+        "DRAM chunks adopted at start from the previous run's pool.", "", d->adopt.adopted);
 }
 
 static void render_tiers(struct sbuf *b, struct kvtierd *d)

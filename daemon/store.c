@@ -117,8 +117,8 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     ni->bytes += e->size;
     d->st.puts++;
     d->st.bytes_in += e->size;
-    adopt_added(d, slot);
-    ev_stored(d, slot, IDX_DRAM);
+    adopt_added(&d->adopt, slot);
+    ev_stored(d->ev, slot, IDX_DRAM);
     for (uint32_t i = 0; i < d->n_tiers; i++)
         if (d->tiers[i]->ops->committed) d->tiers[i]->ops->committed(d->tiers[i], slot);
 }
@@ -135,10 +135,10 @@ void store_free(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     if (e->state == IDX_READY) {
         struct ns_info *ni = &d->ns.v[e->ns];
-        ev_removed(d, slot, e->tier);
+        ev_removed(d->ev, slot, e->tier);
         ni->chunks--;
         ni->bytes -= e->size;
-        if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+        if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
         tiers_removed(d, slot);
     }
     if (e->blk != IDX_NONE) {
@@ -154,8 +154,8 @@ void store_drop_dram(struct kvtierd *d, uint32_t slot)
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
-    adopt_removed(d, slot);
-    ev_removed(d, slot, IDX_DRAM); /* no-op unless READY */
+    adopt_removed(&d->adopt, slot);
+    ev_removed(d->ev, slot, IDX_DRAM); /* no-op unless READY */
     dram_tier(d)->ops->free(dram_tier(d), &loc);
     e->blk = IDX_NONE;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
@@ -170,10 +170,10 @@ void store_delete(struct kvtierd *d, uint32_t slot)
         return;
     }
     struct ns_info *ni = &d->ns.v[e->ns];
-    ev_removed(d, slot, e->tier);
+    ev_removed(d->ev, slot, e->tier);
     ni->chunks--;
     ni->bytes -= e->size;
-    if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+    if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
     tiers_removed(d, slot);
     idx_doom(&d->idx, slot);
 }
@@ -240,7 +240,7 @@ static int evict_slice(struct kvtierd *d, uint64_t want_free)
  * out first (adopt.c), so a reported commit survives a crash. */
 void store_watermark(struct kvtierd *d)
 {
-    adopt_flush(d);
+    adopt_flush(&d->adopt);
     uint64_t cap = d->dram->bytes, used = store_used(d);
     uint64_t high = (uint64_t)((double)cap * d->cfg.high_watermark);
     uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);
