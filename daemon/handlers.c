@@ -511,7 +511,7 @@ static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
         g->slots[i] = &sl[i];
         hit_bytes += sl[i].size;
     }
-    metrics_hits(d, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
     d->st.hits += g->n_slots;
     d->st.misses += n_keys - g->n_slots;
     if (ns != NS_NONE) {

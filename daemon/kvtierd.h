@@ -23,11 +23,6 @@
 #include "ns.h"
 #include "tier_host.h"
 
-struct counters {
-    uint64_t hits, misses, puts, evictions, bytes_in, bytes_out;
-    uint64_t errors, expired_leases, requests;
-};
-
 struct server;
 struct kvc;
 struct metrics_http;

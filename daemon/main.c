@@ -525,13 +525,28 @@ static void loop_close(struct loop *lp)
     if (lp->sfd >= 0) close(lp->sfd);
 }
 
+/* The parts of the daemon the metrics report on (metrics.h), as they are
+ * now; then answer the scrapes waiting. */
+static void scrape(struct kvtierd *d)
+{
+    struct met_src s = {
+        .cfg = &d->cfg, .met = &d->met, .st = &d->st, .ns = &d->ns,
+        .idx = &d->idx, .leases = &d->leases, .dram = d->dram, .kvc = d->kvc,
+        .nvme = d->nvme, .nvx = d->nvx, .clx = d->clx, .ev = d->ev,
+        .local = d->local, .uptime_ms = kvtierd_clock(d),
+        .adopted = d->adopt.adopted, .n_pipes = d->n_pipes,
+        .draining = d->draining,
+    };
+    metrics_http_poll(d->http, &s);
+}
+
 static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
 {
     if (fd == lp->sv) server_poll(d->srv, on_request, on_pipe, d);
     else if (fd == lp->tfd) on_tick(d, lp);
     else if (fd == lp->sfd) on_signal(d, lp);
     else if (fd == lp->lfd) local_poll(d->local);
-    else if (fd == lp->mfd) metrics_http_poll(d->http, d);
+    else if (fd == lp->mfd) scrape(d);
     else if (fd == lp->nfd) nvs_poll(d->nvx);
     else if (fd == lp->cfd) cluster_poll(d->clx);
     else if (fd == lp->pfd) cluster_peer_poll(d->clx);

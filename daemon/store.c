@@ -283,7 +283,7 @@ int store_get_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
 static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
                          size_t present, uint64_t hit_bytes)
 {
-    metrics_hits(d, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
     d->st.hits += present;
     d->st.misses += n_keys - present;
     if (ns != NS_NONE) {
