@@ -564,7 +564,8 @@ static kvt_err check_transfer(struct req *r, struct kvc *k, uint32_t pipe,
         return req_fail(r, KVT_EINVAL, "bad namespace");
     if (q->n_keys == 0 || q->n_keys > k->env.cfg->max_keys)
         return req_fail(r, q->n_keys ? KVT_ETOOBIG : KVT_EINVAL, "%zu keys: "
-                        "want 1-%llu", q->n_keys, (unsigned long long)k->env.cfg->max_keys);
+                        "want 1-%llu", q->n_keys,
+                        (unsigned long long)k->env.cfg->max_keys);
     for (size_t i = 0; i < q->n_keys; i++)
         if (!wire_key_ok(&q->keys[i]))
             return req_fail(r, KVT_EINVAL, "key %zu is %zu bytes, want %d", i,
@@ -629,7 +630,8 @@ static kvt_err save_reserve(struct req *r, struct kvc *k, uint16_t ns,
         x->pgen[i] = p == IDX_NONE ? 0 : idx_at(h->idx, p)->gen;
         if (have != IDX_NONE && idx_at(h->idx, have)->state != IDX_DOOMED)
             continue; /* cached or being saved: skip */
-        kvt_err e = h->reserve(h->core, ns, key_at(q, i), g->chunk_bytes, &x->slot[i]);
+        kvt_err e = h->reserve(h->core, ns, key_at(q, i), g->chunk_bytes,
+                               &x->slot[i]);
         if (e != KVT_OK)
             return req_fail(r, e, "cannot reserve %llu bytes for chunk %u: %s",
                             (unsigned long long)g->chunk_bytes, i, kvt_strerror(e));

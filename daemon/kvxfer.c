@@ -321,7 +321,8 @@ static void worker_fini(void *tls)
 
 int kvc_pool_start(struct kvc *k)
 {
-    struct wq_opts o = {"kv-transfer", KVC_WORKERS, k->env.host->cq, worker_init, worker_fini, k};
+    struct wq_opts o = {"kv-transfer", KVC_WORKERS, k->env.host->cq, worker_init,
+                        worker_fini, k};
     return workq_open(&o, &k->pool.q);
 }
 
