@@ -54,6 +54,11 @@ static const struct cfg_key keys[] = {
     {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,
      600000, "ms", 1,
      "on SIGTERM, how long to wait for clients to finish their leases"},
+    {"daemon", "shutdown_timeout_ms", CFG_U64, F(shutdown_timeout_ms), "15000", 0,
+     600000, "ms", 1,
+     "after the drain, how long the stop may take (closing the cluster, writing "
+     "the pool journal and NVMe index) before the process exits anyway with "
+     "status 1, logging the step it was stuck in; 0: unbounded"},
     {"daemon", "local_fast", CFG_U64, F(local_fast), "1", 0, 1, "bool", 0,
      "1: also serve local clients on a Unix stream socket beside the ipc one "
      "(<socket path>.fast), far faster than nng here; 0: nng only"},

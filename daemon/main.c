@@ -41,6 +41,7 @@
 #include "peer/cluster.h"
 #include "adopt.h"
 #include "events.h"
+#include "fault.h"
 #include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
@@ -52,6 +53,7 @@
 #include "park.h"
 #include "pool.h"
 #include "server.h"
+#include "stopguard.h"
 #include "store.h"
 #include "tenant.h"
 #include "tierhost.h"
@@ -327,7 +329,11 @@ static int open_metrics(struct kvtierd *d)
 /* Open everything requests need, telling systemd what is going on. */
 static int open_all(struct kvtierd *d)
 {
-    char st[CFG_STR_MAX + 64];
+    char st[CFG_STR_MAX + 64], ferr[256];
+    if (fault_init(NULL, ferr, sizeof ferr) != 0) { /* KVT_FAULT, tests only */
+        log_error("main", "%s", ferr);
+        return -1;
+    }
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
@@ -378,6 +384,9 @@ static void begin_drain(struct kvtierd *d, unsigned signo)
     char st[96];
     d->draining = 1;
     d->drain_deadline = kvtierd_clock(d) + d->cfg.drain_timeout_ms;
+    sg_stage("the drain");
+    if (d->cfg.shutdown_timeout_ms)
+        sg_arm(d->cfg.drain_timeout_ms + d->cfg.shutdown_timeout_ms);
     log_info("main", "signal %u: draining: new work refused; waiting up to "
              "%llu ms for %llu lease(s)", signo,
              (unsigned long long)d->cfg.drain_timeout_ms,
@@ -585,10 +594,19 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
+    sg_arm(d->cfg.shutdown_timeout_ms); /* armed already when a drain ran */
+    sg_stage("NVMe I/O");
     if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
+    sg_stage("GPU transfers");
     tierhost_kvc_close(d); /* workers first: they post to the server */
+    sg_stage("the cluster");
     if (d->clx) cluster_close(d->clx);
+    if (fault_hit(FAULT_SHUTDOWN_HANG)) {
+        sg_stage("shutdown_hang (KVT_FAULT)");
+        for (;;) pause(); /* signals are blocked: forever */
+    }
     if (d->nvx) tierhost_order(d); /* the peer tier is gone */
+    sg_stage("client transports");
     park_close(d->park); /* what no module answered: dropped, before the transports */
     d->park = NULL;
     metrics_http_close(d->http);
@@ -600,11 +618,14 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     tenant_close(d->tenants);
     d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);
+    sg_stage("the NVMe index");
     if (d->nvx) {
         nvs_close(d->nvx);
         tierhost_order(d); /* the NVMe tier is gone */
     }
+    sg_stage("the pool journal");
     adopt_close(&d->adopt); /* the journal the next daemon adopts the pool by */
+    sg_stage("memory");
     ev_close(d->ev);
     d->ev = NULL;
     idx_destroy(&d->idx);
@@ -614,6 +635,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     wq_cq_close(d->cq); /* every queue is closed by now */
     tierhost_close(d);
     if (lock_fd >= 0) close(lock_fd);
+    sg_done();
 }
 
 int main(int argc, char **argv)

@@ -18,6 +18,7 @@
 #define CL_ADDR_MAX 128
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
+#define CL_CLOSE_MS 2000u /* bound on closing the cluster's sockets */
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
 
 struct member {
