@@ -116,7 +116,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
         }
     park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(&d->leases, pipe);
-    kvc_pipe_removed(d, pipe);
+    kvc_pipe_removed(d->kvc, pipe);
     tenant_conn_removed(d->tenants, pipe);
 }
 
@@ -319,7 +319,7 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     struct kvtierd *d = r->d;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_sizes, q->sizes, &q->parent))
         return;
-    uint16_t ns = ns_claim(d, q->ns, r->pipe);
+    uint16_t ns = ns_claim(&d->ns, q->ns, r->pipe);
     struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
                                  lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, q->sizes, &q->parent) != KVT_OK) {
@@ -408,7 +408,7 @@ static void do_put(struct req *r, const Kvtier__Put *q)
     for (size_t i = 0; i < q->n_data; i++) sizes[i] = q->data[i].len;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_data, sizes, &q->parent))
         return;
-    uint16_t ns = ns_claim(d, q->ns, r->pipe);
+    uint16_t ns = ns_claim(&d->ns, q->ns, r->pipe);
     struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
                                  lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, sizes, &q->parent) != KVT_OK) {
@@ -534,7 +534,7 @@ static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
         g->slots[i] = &sl[i];
         hit_bytes += sl[i].size;
     }
-    metrics_hits(d, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
     d->st.hits += g->n_slots;
     d->st.misses += n_keys - g->n_slots;
     if (ns != NS_NONE) {
@@ -622,8 +622,8 @@ static void fill_tier_stats(struct req *r, Kvtier__StatsResp *s)
 {
     struct kvtierd *d = r->d;
     struct tier_usage u;
-    s->adopted_chunks = d->adopted;
-    s->adopt_dropped = d->adopt_dropped;
+    s->adopted_chunks = d->adopt.adopted;
+    s->adopt_dropped = d->adopt.dropped;
     size_t n = d->nvme ? 2 : 1;
     s->tiers = arena_alloc(r->a, n * sizeof *s->tiers);
     s->n_tiers = n;
@@ -673,7 +673,7 @@ static void do_stats(struct req *r)
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
     s->namespaces = s->n_ns; /* those this client may see (tenant.c) */
-    kvc_fill_stats(d, s);
+    kvc_fill_stats(d->kvc, s);
     fill_tier_stats(r, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
     r->rsp->stats = s;
@@ -737,15 +737,15 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_LIST: do_list(r, q->list); break;
     case KVTIER__REQUEST__BODY_EVICT: do_evict(r, q->evict); break;
     case KVTIER__REQUEST__BODY_REGISTER_KV_CACHE:
-        kvc_do_register(r, r->d, r->pipe, q->register_kv_cache, r->rsp); break;
+        kvc_do_register(r, r->d->kvc, r->pipe, q->register_kv_cache, r->rsp); break;
     case KVTIER__REQUEST__BODY_UNREGISTER_KV_CACHE:
-        kvc_do_unregister(r, r->d, r->pipe, q->unregister_kv_cache, r->rsp); break;
+        kvc_do_unregister(r, r->d->kvc, r->pipe, q->unregister_kv_cache, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_SAVE:
-        kvc_do_transfer(r, r->d, r->pipe, q->kv_save, KVC_SAVE, r->rsp); break;
+        kvc_do_transfer(r, r->d->kvc, r->pipe, q->kv_save, KVC_SAVE, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_LOAD:
-        kvc_do_transfer(r, r->d, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
+        kvc_do_transfer(r, r->d->kvc, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_WAIT:
-        kvc_do_wait(r, r->d, r->pipe, q->kv_wait, r->rsp); break;
+        kvc_do_wait(r, r->d->kvc, r->pipe, q->kv_wait, r->rsp); break;
     case KVTIER__REQUEST__BODY_FLUSH:
         nvs_do_flush(r, r->d->nvx, r->pipe, q->flush, r->rsp); break;
     case KVTIER__REQUEST__BODY_VERIFY:

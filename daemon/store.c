@@ -139,8 +139,8 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     ni->bytes += e->size;
     d->st.puts++;
     d->st.bytes_in += e->size;
-    adopt_added(d, slot);
-    ev_stored(d, slot, IDX_DRAM);
+    adopt_added(&d->adopt, slot);
+    ev_stored(d->ev, slot, IDX_DRAM);
     for (uint32_t i = 0; i < d->n_tiers; i++)
         if (d->tiers[i]->ops->committed) d->tiers[i]->ops->committed(d->tiers[i], slot);
 }
@@ -157,10 +157,10 @@ void store_free(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     if (e->state == IDX_READY) {
         struct ns_info *ni = &d->ns.v[e->ns];
-        ev_removed(d, slot, e->tier);
+        ev_removed(d->ev, slot, e->tier);
         ni->chunks--;
         ni->bytes -= e->size;
-        if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+        if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
         tiers_removed(d, slot);
     }
     if (e->blk != IDX_NONE) {
@@ -176,8 +176,8 @@ void store_drop_dram(struct kvtierd *d, uint32_t slot)
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
-    adopt_removed(d, slot);
-    ev_removed(d, slot, IDX_DRAM); /* no-op unless READY */
+    adopt_removed(&d->adopt, slot);
+    ev_removed(d->ev, slot, IDX_DRAM); /* no-op unless READY */
     dram_tier(d)->ops->free(dram_tier(d), &loc);
     e->blk = IDX_NONE;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
@@ -192,10 +192,10 @@ void store_delete(struct kvtierd *d, uint32_t slot)
         return;
     }
     struct ns_info *ni = &d->ns.v[e->ns];
-    ev_removed(d, slot, e->tier);
+    ev_removed(d->ev, slot, e->tier);
     ni->chunks--;
     ni->bytes -= e->size;
-    if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+    if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
     tiers_removed(d, slot);
     idx_doom(&d->idx, slot);
 }
@@ -292,7 +292,7 @@ static int evict_slice(struct kvtierd *d, uint32_t pool, uint64_t want_free)
  * is held to the watermarks of its own size. */
 void store_watermark(struct kvtierd *d)
 {
-    adopt_flush(d);
+    adopt_flush(&d->adopt);
     d->evict_target = 0;
     for (uint32_t p = 0; p < d->dram->n_seg; p++) {
         uint64_t cap = d->dram->seg[p].bytes, used = dram_pool_used(d->dram, p);
@@ -339,7 +339,7 @@ int store_get_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
 static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
                          size_t present, uint64_t hit_bytes)
 {
-    metrics_hits(d, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
     d->st.hits += present;
     d->st.misses += n_keys - present;
     if (ns != NS_NONE) {
