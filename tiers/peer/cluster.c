@@ -24,7 +24,7 @@
  *
  * Identity (cluster.tls_*, the default): the control channel is nng's
  * tls+tcp with mutual authentication against cluster.tls_ca, so nothing
- * without a certificate from that CA reaches apply(). nng 1.5 does not
+ * without a certificate from that CA reaches cl_apply(). nng 1.5 does not
  * tell a listener which certificate a pipe presented, so the id a message
  * claims is proven the other way round: every dial to member N requires
  * the name kvtier-node-N in the certificate of whoever answers there, and
@@ -57,6 +57,8 @@
 
 #include "log.h"
 #include "cluster_int.h"
+#include "fault.h"
+#include "nngclose.h"
 #include "peer.h"
 #include "tlsconf.h"
 
@@ -527,7 +529,7 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
     }
 }
 
-static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
+void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
@@ -568,7 +570,7 @@ void cluster_poll(struct cl_ctx *d)
     struct qmsg *q = take_all(d->cl);
     while (q) {
         struct qmsg *next = q->next;
-        apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
+        cl_apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
         nng_msg_free(q->m);
         free(q);
         q = next;
@@ -737,6 +739,36 @@ int cluster_fd(const struct cl_ctx *d)
     return d->cl ? d->cl->efd : -1;
 }
 
+/* The pull socket and every member's push socket, closed within
+ * CL_CLOSE_MS (common/nngclose.h: nng 1.5 can deadlock in nng_close while
+ * a dialer reconnects to a peer stopping at the same time). Past the
+ * bound they are left to the process's exit, with a warning. */
+static void close_sockets(struct cluster *c)
+{
+    nng_socket *s = calloc((size_t)c->n + 1, sizeof *s);
+    size_t n = 0;
+    if (!s) { /* no room for the list: close them here, unbounded */
+        if (c->pull_open) nng_close(c->pull);
+        for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
+        c->pull_open = 0;
+        return;
+    }
+    if (c->pull_open) s[n++] = c->pull;
+    c->pull_open = 0;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->m[i].open) s[n++] = c->m[i].push;
+        c->m[i].open = 0;
+    }
+    uint64_t t0 = mono_ns();
+    if (nngc_close_bounded(s, n, CL_CLOSE_MS, fault_hit(FAULT_NNG_CLOSE_HANG)) != 0)
+        log_warn("cluster", "%zu socket(s) did not close within %u ms (nng); "
+                 "left to the process's exit", n, CL_CLOSE_MS);
+    else
+        log_debug("cluster", "%zu socket(s) closed in %llu ms", n,
+                  (unsigned long long)((mono_ns() - t0) / 1000000));
+    free(s);
+}
+
 void cluster_close(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
@@ -749,10 +781,9 @@ void cluster_close(struct cl_ctx *d)
     pg_close(d); /* answers parked GETs */
     gx_close(d); /* answers parked lookups */
     pg_free(d);
-    if (c->aio) nng_aio_stop(c->aio);
-    if (c->pull_open) nng_close(c->pull);
+    if (c->aio) nng_aio_stop(c->aio); /* no recv_cb after this */
+    close_sockets(c);
     if (c->aio) nng_aio_free(c->aio);
-    for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
     struct qmsg *q = c->q_head;
     while (q) {
         struct qmsg *next = q->next;
