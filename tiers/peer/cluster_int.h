@@ -12,6 +12,7 @@
 
 #include "cluster.h"
 #include "kvtier.h"
+#include "member.h"
 #include "tier.h"
 #include "kvtier.pb-c.h"
 
@@ -19,6 +20,10 @@
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
+/* Messages waiting for the core thread at most; past it recv_cb drops
+ * them and counts (kvtier_cluster_rx_queue_dropped_total). Membership
+ * copes with loss; an index batch or a pin lost this way is lost. */
+#define CL_RXQ_MAX 16384
 
 struct member {
     uint32_t id;             /* 0: a seed not heard from yet */
@@ -44,10 +49,13 @@ struct member {
     uint64_t alive_ms;       /* when it was last marked alive */
     uint64_t gx_holds;       /* gidx.c: entries naming it a holder */
     uint64_t pins_held;      /* pget.c: its PeerPins held here */
+    struct mb_member *mbm;   /* the membership's record of it, or NULL */
+    int gone;                /* reaped: removed from the table at the next tick */
 };
 
 struct qmsg {
     nng_msg *m;
+    uint64_t rx_ms;        /* when it arrived (recv_cb, nng's thread) */
     struct qmsg *next;
 };
 
@@ -60,8 +68,12 @@ struct cluster {
     int pull_open;
     nng_aio *aio;
     int efd;
-    pthread_mutex_t q_mtx; /* guards q_head, q_tail */
+    pthread_mutex_t q_mtx; /* guards q_head, q_tail, q_len, q_drops */
     struct qmsg *q_head, *q_tail;
+    uint64_t q_len, q_drops;
+    int ep, tfd;           /* cluster_fd: an epoll set of efd and tfd (mb timer) */
+    struct mb *mb;         /* membership (member.h): swim or etcd */
+    uint64_t mb_due, refutations;
     volatile int closing;
     struct member *m;
     uint32_t n;
@@ -86,7 +98,7 @@ static inline uint64_t cl_clock(const struct cl_ctx *d)
 struct member *cl_find(struct cluster *c, uint32_t id);
 /* Fill in the sender and send without blocking (dropped if m is not
  * connected). pm stays the caller's. */
-void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm);
+int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm); /* 0 or -1 */
 /* Count a refused message; log it at most once a second. */
 void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why);
 static inline int cl_alive(const struct member *m)
