@@ -413,7 +413,8 @@ static int view_ok(struct tcluster *c, int i, int alive, int ucx)
     }
     int n = 0;
     for (size_t k = 0; k < r->peers->n_peers; k++)
-        n += r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_ALIVE;
+        n += r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_ALIVE ||
+             r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_SUSPECT; /* live */
     int ok = n == alive && (!ucx || r->peers->peer_tier);
     kvtier__response__free_unpacked(r, NULL);
     return ok;

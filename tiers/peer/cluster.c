@@ -635,6 +635,20 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
     }
 }
 
+/* A node that knows no live member (started without seeds, or restarted
+ * so) takes the first member it completes a hello with as its seed:
+ * SWIM's join sync goes there. */
+static void know_first(struct cl_ctx *d, struct member *m)
+{
+    struct cluster *c = d->cl;
+    if (!c->mb || m->gone || m->mbm || !hello_done(c, m) || mb_live(c->mb) ||
+        strcmp(mb_backend_name(c->mb), "swim") != 0 || c->seeded >= 8)
+        return;
+    const char *a = m->addr;
+    c->seeded++;
+    mb_join(c->mb, &a, 1);
+}
+
 static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_ms)
 {
     struct cluster *c = d->cl;
@@ -667,6 +681,7 @@ static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_
         heard(d, m, pm, len);
         dispatch(d, m, pm, was_alive, first, rx_ms);
         if (!m->gone && !cl_alive(m)) recompute(d, m, "hello done"); /* maybe now */
+        know_first(d, m);
     }
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }
@@ -778,8 +793,10 @@ static void mb_drive(struct cl_ctx *d)
 /* The hello, repeated every cluster.heartbeat_ms until done: Joins to a
  * seed, to a node heard only through its Join, and to a member the backend
  * holds live, while the hello is not done; then Heartbeats until it holds
- * a UCX endpoint to us. Nothing to members the backend holds dead or left:
- * a restarted one says hello itself. */
+ * a UCX endpoint to us. Joins also go to members held dead until they are
+ * reaped: a dead member may have restarted knowing nobody (no seeds), and
+ * a Join is the one message it accepts from us. Nothing to members that
+ * left. */
 static void hello_tick(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
@@ -789,8 +806,8 @@ static void hello_tick(struct cl_ctx *d)
     for (uint32_t i = 0; i < c->n; i++) {
         struct member *m = &c->m[i];
         int live = m->mbm && (m->mbm->state == MB_ALIVE || m->mbm->state == MB_SUSPECT);
-        if (m->gone || (m->mbm && !live)) continue; /* dead or left */
-        if (!hello_done(c, m)) send_join(d, m);
+        if (m->gone || (m->mbm && !live && m->mbm->state == MB_LEFT)) continue;
+        if (!hello_done(c, m) || (m->mbm && !live)) send_join(d, m);
         else if (c->pt && !m->ucx_acked) send_heartbeat(d, m);
     }
 }

@@ -74,6 +74,7 @@ struct cluster {
     int ep, tfd;           /* cluster_fd: an epoll set of efd and tfd (mb timer) */
     struct mb *mb;         /* membership (member.h): swim or etcd */
     uint64_t mb_due, refutations;
+    uint32_t seeded;       /* members taken as seeds (know_first), at most 8 */
     volatile int closing;
     struct member *m;
     uint32_t n;
