@@ -706,6 +706,20 @@ void cluster_poll(struct cl_ctx *d)
 
 /* ------------------------------------------------------- the membership */
 
+/* Every member's metadata is its start time (PeerMsg.incarnation, 8 bytes
+ * little-endian): no secrets, no rkeys. One newer than the process we did
+ * the hello with is a restart: that hello no longer holds (its secrets are
+ * new), so the member is not ALIVE here until it is done again -- and the
+ * restart is counted once, when it is. */
+static void boot_check(struct member *m, const struct mb_member *b)
+{
+    uint64_t boot = 0;
+    if (b->meta_len != 8) return;
+    for (int i = 7; i >= 0; i--) boot = boot << 8 | b->meta[i];
+    if (!m->inc || boot <= m->inc) return;
+    m->proven = m->have_proof = 0;
+}
+
 /* The backend's change callback (member.h): it may not call mb_tick and
  * friends, and apply() may hold a struct member across it, so a reaped
  * member is only marked here and leaves the table at the next tick. */
@@ -730,6 +744,7 @@ static void on_mb(void *arg, struct mb *mb, struct mb_member *b, enum mb_event e
     if (!m && !(m = member_add(d, b->id, b->addr, 0))) return; /* table full */
     m->mbm = b;
     b->user = m;
+    boot_check(m, b);
     /* A member not alive here may move: the new address is dialled with
      * its name required (TLS), so only it can answer there. */
     if (strcmp(m->addr, b->addr) != 0 && !cl_alive(m)) member_move(d, m, b->addr);
@@ -926,6 +941,10 @@ static struct mb *mb_open(struct cl_ctx *d, const char **why)
     cfg.self_id = c->self_id;
     cfg.self_addr = c->self_addr;
     cfg.inc = c->inc;
+    uint8_t boot[8];
+    for (int i = 0; i < 8; i++) boot[i] = (uint8_t)(c->inc >> (8 * i));
+    cfg.meta = boot;
+    cfg.meta_len = sizeof boot;
     cfg.probe_ms = (uint32_t)k->cluster_probe_ms;
     cfg.probe_timeout_ms = (uint32_t)k->cluster_probe_timeout_ms;
     cfg.suspicion_mult = (uint32_t)k->cluster_suspicion_mult;
