@@ -213,6 +213,10 @@ static const struct cfg_key keys[] = {
      "with none"},
     {"cluster", "reap_ms", CFG_U64, F(cluster_reap_ms), "60000", 100, 86400000, "ms",
      0, "dead and left members are forgotten this long after (SWIM)"},
+    {"cluster", "rx_queue_max", CFG_U64, F(cluster_rx_queue_max), "16384", 1, 1e7,
+     "messages", 0, "daemon-to-daemon messages waiting for the core thread at "
+     "most; more are dropped and counted (membership copes with loss; an index "
+     "update or pin dropped is lost)"},
     {"cluster", "replicas", CFG_U64, F(cluster_replicas), "2", 1, 8, "count", 0,
      "owners of each global index entry (rendezvous hashing over the live "
      "members)"},

@@ -35,6 +35,9 @@ enum fault_point {
     FAULT_PEER_LIE,     /* the same, and the holder reports the checksum of
                          * the flipped bytes: only the committer's (from the
                          * index owners) can catch it */
+    FAULT_CLUSTER_STALL, /* the core thread stalls 1 s before it handles
+                          * queued daemon-to-daemon messages (a busy
+                          * core): the receive queue fills */
     FAULT_COUNT
 };
 

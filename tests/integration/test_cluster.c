@@ -300,16 +300,21 @@ static void test_off_without_listen(void **state)
 }
 
 
-/* Node i's /metrics, parsed. */
-static void scrape(int i, struct prom *p)
+/* A daemon's /metrics, parsed. */
+static void scrape_of(const struct tdaemon *d, struct prom *p)
 {
     char base[128], *body = NULL;
     int status = 0;
-    assert_int_equal(ops_metrics_base(&D[i], base, sizeof base, 5000), 0);
+    assert_int_equal(ops_metrics_base(d, base, sizeof base, 5000), 0);
     assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
     assert_int_equal(status, 200);
     assert_int_equal(prom_parse(body, p), 0);
     free(body);
+}
+
+static void scrape(int i, struct prom *p)
+{
+    scrape_of(&D[i], p);
 }
 
 static uint64_t inc_of(int i, uint32_t id)
@@ -384,6 +389,37 @@ static void test_stopped_member_refutes(void **state)
     assert_true(susp >= 1);
 }
 
+#undef url /* S's own below */
+/* A core thread that stalls (KVT_FAULT=cluster_stall) while messages pour
+ * in: the receive queue stops at cluster.rx_queue_max, the rest is dropped
+ * and counted, and the daemon still answers. */
+static void test_receive_queue_bounded(void **state)
+{
+    (void)state;
+    static struct tcluster S;
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    const char *extra[] = {"--cluster.rx_queue_max", "8", NULL};
+    tc_init(&S, 1);
+    setenv("KVT_FAULT", "cluster_stall=1+", 1);
+    int rc = tc_start(&S, 0, 2000, extra);
+    unsetenv("KVT_FAULT");
+    assert_int_equal(rc, 0);
+    nng_socket s;
+    assert_int_equal(tc_dial(&s, S.url[0], "node-5", 0), 0);
+    for (int i = 0; i < 200; i++) assert_int_equal(nng_send(s, (void *)junk, sizeof junk, 0), 0);
+    double dropped = 0;
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end && dropped < 1;) {
+        struct prom p;
+        scrape_of(&S.d[0], &p);
+        dropped = prom_get(&p, "kvtier_cluster_rx_queue_dropped_total", "");
+        prom_free(&p);
+    }
+    nng_close(s);
+    assert_true(dropped >= 1);
+    assert_int_equal(tc_teardown(&S), 0);
+}
+#define url T.url
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_kill_and_rejoin),
         cmocka_unit_test(test_leave_is_seen_left),
         cmocka_unit_test(test_stopped_member_refutes),
+        cmocka_unit_test(test_receive_queue_bounded),
         cmocka_unit_test(test_ctl_peers_json),
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_off_without_listen),

@@ -7,7 +7,7 @@
  * without help. Sends are non-blocking: a message for a member with no
  * connection is dropped, never queued behind a dead peer. nng's receive
  * callback stamps each message with the time it ARRIVED, queues it
- * (bounded: CL_RXQ_MAX, past it dropped and counted) and writes an eventfd
+ * (bounded: cluster.rx_queue_max, past it dropped and counted) and writes an eventfd
  * when the queue goes from empty to non-empty (STYLE §7); the core thread
  * decodes and applies it, so the member table needs no lock.
  *
@@ -78,6 +78,7 @@
 #include "log.h"
 #include "cluster_int.h"
 #include "etcd.h"
+#include "fault.h"
 #include "peer.h"
 #include "swim.h"
 #include "tlsconf.h"
@@ -109,7 +110,7 @@ static void recv_cb(void *arg)
     nng_msg *msg = nng_aio_get_msg(c->aio);
     uint64_t rx = mono_ms();
     pthread_mutex_lock(&c->q_mtx);
-    if (c->q_len >= CL_RXQ_MAX) { /* the core thread is this far behind */
+    if (c->q_len >= c->q_max) { /* the core thread is this far behind */
         c->q_drops++;
         pthread_mutex_unlock(&c->q_mtx);
         nng_msg_free(msg);
@@ -693,6 +694,10 @@ static void mb_drive(struct cl_ctx *d);
 void cluster_poll(struct cl_ctx *d)
 {
     if (!d->cl) return;
+    if (fault_hit(FAULT_CLUSTER_STALL)) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
     struct qmsg *q = take_all(d->cl);
     while (q) {
         struct qmsg *next = q->next;
@@ -1007,6 +1012,7 @@ int cluster_open(struct cl_ctx *d)
     c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     c->ep = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&c->q_mtx, NULL);
+    c->q_max = d->cfg.cluster_rx_queue_max ? d->cfg.cluster_rx_queue_max : 16384;
     c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m);
     if (!c->m) abort();
     c->self_id = (uint32_t)d->cfg.cluster_node_id;

@@ -20,10 +20,6 @@
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
-/* Messages waiting for the core thread at most; past it recv_cb drops
- * them and counts (kvtier_cluster_rx_queue_dropped_total). Membership
- * copes with loss; an index batch or a pin lost this way is lost. */
-#define CL_RXQ_MAX 16384
 
 struct member {
     uint32_t id;             /* 0: a seed not heard from yet */
@@ -71,6 +67,9 @@ struct cluster {
     pthread_mutex_t q_mtx; /* guards q_head, q_tail, q_len, q_drops */
     struct qmsg *q_head, *q_tail;
     uint64_t q_len, q_drops;
+    uint64_t q_max;        /* cluster.rx_queue_max: past it recv_cb drops
+                              and counts (membership copes with loss; an
+                              index batch or pin lost there is lost) */
     int ep, tfd;           /* cluster_fd: an epoll set of efd and tfd (mb timer) */
     struct mb *mb;         /* membership (member.h): swim or etcd */
     uint64_t mb_due, refutations;
