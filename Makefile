@@ -159,13 +159,18 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
            -DKVT_VERSION=\"$(VERSION)\" $(CPPFLAGS) -Itests/fuzz
 FUZZ_ALL := $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(CUDA_SRC)
-fuzz: $(GEN_C) $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
+# FUZZ_TARGETS="peer nvme": only those (names of tests/fuzz/fuzz_<name>.c).
+FUZZ_TARGETS ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_RUN := $(filter $(patsubst %,tests/fuzz/fuzz_%.c,$(FUZZ_TARGETS)),$(FUZZ_SRC))
+fuzz: $(GEN_C) $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_RUN))
 	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
 	@mkdir -p build-fuzz tests/fuzz/corpus
+ifneq ($(filter wire,$(FUZZ_TARGETS)),)
 	$(FUZZ_CC) tests/fuzz/fuzz_wire.c tests/lib/fuzz_harness.c $(FUZZ_ALL) \
 	    -o build-fuzz/fuzz_wire $(LIBS) $(DAEMON_LIBS)
 	build-fuzz/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus
-	@for t in $(FUZZ_SRC); do n=$$(basename $$t .c); n=$${n#fuzz_}; \
+endif
+	@for t in $(FUZZ_RUN); do n=$$(basename $$t .c); n=$${n#fuzz_}; \
 	    mkdir -p tests/fuzz/corpus-$$n && \
 	    $(BUILD)/tests/fuzz/fuzz_$$n --seeds tests/fuzz/corpus-$$n && \
 	    echo "$(FUZZ_CC) $$t ... -o build-fuzz/fuzz_$$n" && \

@@ -17,6 +17,11 @@
  * file: its fd comes with the HELLO answer on the fast channel
  * (SCM_RIGHTS), to clients it lets map the pool. Such a client takes the
  * fast channel for that even with KVTIER_NO_FAST, and then drops it.
+ * A tenant with a pool of its own is answered the same way (no path, the
+ * fd on the fast channel), and HELLO says which pool (pool) and where its
+ * bytes lie among the daemon's (pool_offset): offsets in answers are the
+ * daemon's, global, so the library maps that one pool, takes only slots
+ * the answer places in it, and subtracts pool_offset.
  */
 #include "client_internal.h"
 
@@ -50,6 +55,8 @@ struct kvt_client {
     uint64_t next_id;
     uint8_t *pool;
     uint64_t pool_bytes;
+    uint64_t pool_off; /* global offset of the mapped pool's first byte */
+    uint32_t pool_id;  /* which pool (0: the default, else a tenant's) */
     int rx_fd;      /* an fd that came with the last reply, or -1 */
     int want_fd;    /* read replies with recvmsg to catch one */
     uint64_t client_id;
@@ -354,6 +361,8 @@ static kvt_err hello(kvt_client *c, int local)
         return KVT_EPROTO;
     }
     c->client_id = r->hello->client_id;
+    c->pool_off = r->hello->pool_offset;
+    c->pool_id = r->hello->pool;
     c->max_keys = r->hello->max_keys;
     snprintf(c->gpu, sizeof c->gpu, "%s", r->hello->gpu);
     int memfd = r->hello->pool_memfd;
@@ -438,10 +447,17 @@ void kvt_close(kvt_client *c)
     free(c);
 }
 
-void *kvtc_pool_ptr(const kvt_client *c, uint64_t off, uint64_t size)
+void *kvtc_pool_ptr(const kvt_client *c, uint32_t pool, uint64_t off, uint64_t size)
 {
-    if (!c->pool || off > c->pool_bytes || size > c->pool_bytes - off) return NULL;
+    if (!c->pool || pool != c->pool_id || off < c->pool_off) return NULL;
+    off -= c->pool_off;
+    if (off > c->pool_bytes || size > c->pool_bytes - off) return NULL;
     return c->pool + off;
+}
+
+uint32_t kvtc_pool_id(const kvt_client *c)
+{
+    return c->pool_id;
 }
 
 const char *kvtc_gpu(const kvt_client *c)

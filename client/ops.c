@@ -70,10 +70,11 @@ static kvt_err put_begin_rsp(kvt_client *c, Kvtier__Response *r, size_t n,
 {
     Kvtier__PutBeginResp *p = r->put_begin;
     kvt_err e = p->n_slots == n ? KVT_OK : KVT_EPROTO;
+    if (!e && p->pool != kvtc_pool_id(c)) e = KVT_ENOTSUP; /* not our pool */
     for (size_t i = 0; e == KVT_OK && i < n; i++) {
         const Kvtier__Slot *s = p->slots[i];
         chunks[i] = (kvt_chunk){NULL, s->size, 0, s->exists};
-        if (!s->exists && !(chunks[i].data = kvtc_pool_ptr(c, s->offset, s->size)))
+        if (!s->exists && !(chunks[i].data = kvtc_pool_ptr(c, p->pool, s->offset, s->size)))
             e = KVT_EPROTO;
     }
     *lease = p->lease;
@@ -104,7 +105,7 @@ kvt_err kvt_put_begin(kvt_client *c, const char *ns, const kvt_key *keys,
     if (e || (e = expect(r, KVTIER__RESPONSE__BODY_PUT_BEGIN))) return e;
     e = put_begin_rsp(c, r, n, lease, chunks);
     kvtier__response__free_unpacked(r, NULL);
-    if (e == KVT_EPROTO) kvt_put_abort(c, *lease);
+    if (e == KVT_EPROTO || e == KVT_ENOTSUP) kvt_put_abort(c, *lease);
     return e;
 }
 
@@ -217,7 +218,11 @@ kvt_err kvt_put(kvt_client *c, const char *ns, const kvt_key *keys,
     if (e || !bufs || !sizes) return e ? e : KVT_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!bufs[i] || sizes[i] == 0) return KVT_EINVAL;
-    if (kvt_zero_copy(c)) return put_zero_copy(c, ns, keys, bufs, sizes, n, parent, n_new);
+    /* A namespace in a pool this client does not map (an operator
+     * writing into a tenant's own pool) is copied. */
+    if (kvt_zero_copy(c) &&
+        (e = put_zero_copy(c, ns, keys, bufs, sizes, n, parent, n_new)) != KVT_ENOTSUP)
+        return e;
     return put_inline(c, ns, keys, bufs, sizes, n, parent, n_new);
 }
 
@@ -247,9 +252,14 @@ kvt_err kvt_get(kvt_client *c, const char *ns, const kvt_key *keys, size_t n,
     Kvtier__GetResp *g = r->get;
     kvt_lease l = g->lease;
     size_t got = g->n_slots <= n ? g->n_slots : 0;
+    if (got && g->pool != kvtc_pool_id(c)) { /* not our pool: copy instead */
+        kvtier__response__free_unpacked(r, NULL);
+        kvt_release(c, l);
+        return KVT_ENOTSUP;
+    }
     for (size_t i = 0; i < got; i++) {
         const Kvtier__Slot *s = g->slots[i];
-        chunks[i] = (kvt_chunk){kvtc_pool_ptr(c, s->offset, s->size), s->size,
+        chunks[i] = (kvt_chunk){kvtc_pool_ptr(c, g->pool, s->offset, s->size), s->size,
                                 s->checksum, 0};
         if (!chunks[i].data) e = KVT_EPROTO;
     }
@@ -272,12 +282,15 @@ kvt_err kvt_get_copy(kvt_client *c, const char *ns, const kvt_key *key,
         kvt_lease l;
         kvt_chunk ch;
         size_t got;
-        if ((e = kvt_get(c, ns, key, 1, &l, &ch, &got))) return e;
-        if (!got) return KVT_ENOENT;
-        *size = ch.size;
-        if (ch.size <= cap) memcpy(buf, ch.data, ch.size);
-        kvt_release(c, l);
-        return ch.size <= cap ? KVT_OK : KVT_ETOOBIG;
+        e = kvt_get(c, ns, key, 1, &l, &ch, &got);
+        if (e && e != KVT_ENOTSUP) return e;
+        if (!e && !got) return KVT_ENOENT;
+        if (!e) {
+            *size = ch.size;
+            if (ch.size <= cap) memcpy(buf, ch.data, ch.size);
+            kvt_release(c, l);
+            return ch.size <= cap ? KVT_OK : KVT_ETOOBIG;
+        }
     }
     Kvtier__Response *r;
     if ((e = get_req(c, ns, key, 1, 1, &r))) return e;

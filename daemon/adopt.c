@@ -14,14 +14,21 @@
  * and counted, never served. This costs one pass over the adopted bytes
  * on the core thread, before any client is served. The journal is then
  * rewritten as a snapshot of what was adopted.
+ * With tenants' own pools (dram.h) the one journal covers every pool: its
+ * label is the layout of the pools, and a record is adopted only inside
+ * a kept pool, the one its namespace belongs to.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "adopt.h"
+
+#include "config.h"
+#include "dram.h"
+#include "index.h"
 #include "journal.h"
-#include "kvtierd.h"
 #include "log.h"
-#include "store.h"
+#include "ns.h"
 
 #define COMPACT_MIN (4u << 20)
 #define REC_BYTES 96
@@ -33,49 +40,67 @@ struct cand {
 };
 
 struct replay {
-    struct kvtierd *d;
+    struct adopt *a;
+    uint64_t max_chunk;
     struct cand *v;
     size_t n, cap;
     uint64_t skipped;
 };
 
-static void drop_pending(struct kvtierd *d, uint32_t slot)
+static uint64_t off_of(const struct adopt *a, uint32_t slot)
 {
-    struct idx_entry *e = idx_at(&d->idx, slot);
+    return dram_block_off(a->dram, idx_at(a->idx, slot)->blk);
+}
+
+static void drop_pending(struct adopt *a, uint32_t slot)
+{
+    struct idx_entry *e = idx_at(a->idx, slot);
     struct tier_loc loc = {0, 0, e->blk};
-    d->dram->tier.ops->free(&d->dram->tier, &loc);
+    a->dram->tier.ops->free(&a->dram->tier, &loc);
     e->blk = IDX_NONE;
-    idx_remove(&d->idx, slot);
+    idx_remove(a->idx, slot);
 }
 
 static void on_del(void *arg, const char *ns, const kvt_key *key)
 {
     struct replay *R = arg;
-    uint16_t id = ns_find(&R->d->ns, ns);
-    uint32_t slot = id == NS_NONE ? IDX_NONE : idx_find(&R->d->idx, id, key);
-    if (slot != IDX_NONE) drop_pending(R->d, slot);
+    uint16_t id = ns_find(R->a->ns, ns);
+    uint32_t slot = id == NS_NONE ? IDX_NONE : idx_find(R->a->idx, id, key);
+    if (slot != IDX_NONE) drop_pending(R->a, slot);
+}
+
+/* Is r in its namespace's pool (tenants keep to theirs), and was that
+ * pool's content kept? A pool made afresh holds nothing of the last run. */
+static int pool_holds(const struct adopt *a, const struct jrec *r)
+{
+    uint32_t p = dram_pool_of_off(a->dram, r->off);
+    const struct dram_seg *s = &a->dram->seg[p];
+    uint32_t want = a->pool_of ? a->pool_of(a->pool_arg, r->ns) : 0;
+    return s->adopted && r->off >= s->off && r->size <= s->bytes &&
+           r->off - s->off <= s->bytes - r->size && p == want;
 }
 
 static void on_add(void *arg, const struct jrec *r)
 {
     struct replay *R = arg;
-    struct kvtierd *d = R->d;
+    struct adopt *a = R->a;
+    struct tier *pool = &a->dram->tier;
     struct tier_loc loc;
-    uint16_t id = ns_intern(&d->ns, r->ns);
+    uint16_t id = ns_intern(a->ns, r->ns);
     if (id == NS_NONE) return;
     on_del(arg, r->ns, &r->key); /* a chunk added again replaces itself */
-    if (r->size == 0 || r->size > d->cfg.max_chunk_bytes ||
-        d->dram->tier.ops->alloc_at(&d->dram->tier, r->off, r->size, &loc) != KVT_OK) {
+    if (r->size == 0 || r->size > R->max_chunk || !pool_holds(a, r) ||
+        pool->ops->alloc_at(pool, r->off, r->size, &loc) != KVT_OK) {
         R->skipped++;
         return;
     }
-    uint32_t slot = idx_insert(&d->idx, id, &r->key);
+    uint32_t slot = idx_insert(a->idx, id, &r->key);
     if (slot == IDX_NONE) {
-        d->dram->tier.ops->free(&d->dram->tier, &loc);
+        pool->ops->free(pool, &loc);
         R->skipped++;
         return;
     }
-    struct idx_entry *e = idx_at(&d->idx, slot);
+    struct idx_entry *e = idx_at(a->idx, slot);
     e->blk = loc.h;
     e->size = r->size;
     e->csum = r->csum;
@@ -89,21 +114,21 @@ static void on_add(void *arg, const struct jrec *r)
 /* Check and commit what the replay left; returns chunks adopted. */
 static uint64_t commit_all(struct replay *R)
 {
-    struct kvtierd *d = R->d;
+    struct adopt *a = R->a;
     uint64_t n = 0;
     for (size_t i = 0; i < R->n; i++) {
         const struct cand *c = &R->v[i];
-        struct idx_entry *e = idx_at(&d->idx, c->slot);
+        struct idx_entry *e = idx_at(a->idx, c->slot);
         if (e->gen != c->gen || e->state != IDX_PENDING) continue; /* deleted later */
-        if (kvt_checksum(store_ptr(d, c->slot), e->size) != e->csum) {
-            d->adopt_dropped++;
-            drop_pending(d, c->slot);
+        if (kvt_checksum(dram_ptr(a->dram, off_of(a, c->slot)), e->size) != e->csum) {
+            a->dropped++;
+            drop_pending(a, c->slot);
             continue;
         }
-        uint32_t p = c->has_parent ? idx_find(&d->idx, e->ns, &c->parent) : IDX_NONE;
-        idx_commit(&d->idx, c->slot, p, 0);
-        d->ns.v[e->ns].chunks++;
-        d->ns.v[e->ns].bytes += e->size;
+        uint32_t p = c->has_parent ? idx_find(a->idx, e->ns, &c->parent) : IDX_NONE;
+        idx_commit(a->idx, c->slot, p, 0);
+        a->ns->v[e->ns].chunks++;
+        a->ns->v[e->ns].bytes += e->size;
         n++;
     }
     return n;
@@ -112,14 +137,14 @@ static uint64_t commit_all(struct replay *R)
 /* ------------------------------------------------------------ snapshot */
 
 struct snap {
-    struct kvtierd *d;
+    const struct adopt *a;
     uint32_t *slots;
 };
 
-static int by_off(const void *a, const void *b, void *arg)
+static int by_off(const void *l, const void *r, void *arg)
 {
-    const struct kvtierd *d = arg;
-    uint64_t x = store_off(d, *(const uint32_t *)a), y = store_off(d, *(const uint32_t *)b);
+    const struct adopt *a = arg;
+    uint64_t x = off_of(a, *(const uint32_t *)l), y = off_of(a, *(const uint32_t *)r);
     return (x > y) - (x < y);
 }
 
@@ -127,13 +152,13 @@ static void snap_next(void *arg, size_t i, uint16_t *ns_id, struct jrec *r)
 {
     struct snap *s = arg;
     uint32_t slot = s->slots[i];
-    const struct idx_entry *e = idx_at(&s->d->idx, slot);
-    const struct idx_entry *p = e->parent != IDX_NONE ? idx_at(&s->d->idx, e->parent) : NULL;
+    const struct idx_entry *e = idx_at(s->a->idx, slot);
+    const struct idx_entry *p = e->parent != IDX_NONE ? idx_at(s->a->idx, e->parent) : NULL;
     *ns_id = e->ns;
     memset(r, 0, sizeof *r);
-    r->ns = s->d->ns.v[e->ns].name;
+    r->ns = s->a->ns->v[e->ns].name;
     r->key = e->key;
-    r->off = store_off(s->d, slot);
+    r->off = off_of(s->a, slot);
     r->size = e->size;
     r->csum = e->csum;
     r->has_parent = p && p->gen == e->parent_gen && p->state != IDX_FREE;
@@ -141,95 +166,100 @@ static void snap_next(void *arg, size_t i, uint16_t *ns_id, struct jrec *r)
 }
 
 /* Rewrite the journal as the committed DRAM chunks, by offset. */
-static void snapshot(struct kvtierd *d)
+static void snapshot(struct adopt *a)
 {
-    struct snap s = {d, malloc((d->idx.n_in[0] + 1) * sizeof(uint32_t))};
+    const struct idx *ix = a->idx;
+    struct snap s = {a, malloc((ix->n_in[0] + 1) * sizeof(uint32_t))};
     size_t n = 0;
     if (!s.slots) abort(); /* control-plane allocation */
-    for (uint32_t i = 0; i < d->idx.used && n < d->idx.n_in[0]; i++) {
-        const struct idx_entry *e = idx_at(&d->idx, i);
+    for (uint32_t i = 0; i < ix->used && n < ix->n_in[0]; i++) {
+        const struct idx_entry *e = idx_at(ix, i);
         if (e->state == IDX_READY && (e->tier & IDX_DRAM)) s.slots[n++] = i;
     }
-    qsort_r(s.slots, n, sizeof *s.slots, by_off, d);
-    journal_snapshot(d->journal, n, snap_next, &s);
+    qsort_r(s.slots, n, sizeof *s.slots, by_off, a);
+    journal_snapshot(a->journal, n, snap_next, &s);
     free(s.slots);
 }
 
 /* ------------------------------------------------------------- hooks */
 
-static struct jrec rec_of(const struct kvtierd *d, uint32_t slot)
+static struct jrec rec_of(const struct adopt *a, uint32_t slot)
 {
-    const struct idx_entry *e = idx_at(&d->idx, slot);
-    struct jrec r = {.ns = d->ns.v[e->ns].name, .key = e->key,
-                     .off = store_off(d, slot), .size = e->size, .csum = e->csum};
-    const struct idx_entry *p = e->parent != IDX_NONE ? idx_at(&d->idx, e->parent) : NULL;
+    const struct idx_entry *e = idx_at(a->idx, slot);
+    struct jrec r = {.ns = a->ns->v[e->ns].name, .key = e->key,
+                     .off = off_of(a, slot), .size = e->size, .csum = e->csum};
+    const struct idx_entry *p = e->parent != IDX_NONE ? idx_at(a->idx, e->parent) : NULL;
     r.has_parent = p && p->gen == e->parent_gen && p->state != IDX_FREE;
     if (r.has_parent) r.parent = p->key;
     return r;
 }
 
-void adopt_added(struct kvtierd *d, uint32_t slot)
+void adopt_added(struct adopt *a, uint32_t slot)
 {
-    if (!d->journal) return;
-    struct jrec r = rec_of(d, slot);
-    journal_add(d->journal, idx_at(&d->idx, slot)->ns, r.ns, &r);
+    if (!a->journal) return;
+    struct jrec r = rec_of(a, slot);
+    journal_add(a->journal, idx_at(a->idx, slot)->ns, r.ns, &r);
 }
 
-void adopt_removed(struct kvtierd *d, uint32_t slot)
+void adopt_removed(struct adopt *a, uint32_t slot)
 {
-    if (!d->journal) return;
-    const struct idx_entry *e = idx_at(&d->idx, slot);
-    journal_del(d->journal, e->ns, d->ns.v[e->ns].name, &e->key);
+    if (!a->journal) return;
+    const struct idx_entry *e = idx_at(a->idx, slot);
+    journal_del(a->journal, e->ns, a->ns->v[e->ns].name, &e->key);
 }
 
-void adopt_flush(struct kvtierd *d)
+void adopt_flush(struct adopt *a)
 {
-    if (d->journal) journal_flush(d->journal);
+    if (a->journal) journal_flush(a->journal);
 }
 
-void adopt_tick(struct kvtierd *d)
+void adopt_tick(struct adopt *a)
 {
-    if (!d->journal) return;
-    uint64_t live = d->idx.n_in[0] * REC_BYTES;
-    if (journal_size(d->journal) > COMPACT_MIN && journal_size(d->journal) > 4 * live)
-        snapshot(d);
+    if (!a->journal) return;
+    uint64_t live = a->idx->n_in[0] * REC_BYTES;
+    if (journal_size(a->journal) > COMPACT_MIN && journal_size(a->journal) > 4 * live)
+        snapshot(a);
     else
-        journal_flush(d->journal);
+        journal_flush(a->journal);
 }
 
 /* ------------------------------------------------------- start and stop */
 
-int adopt_open(struct kvtierd *d)
+int adopt_open(struct adopt *a, int enabled, const char *state_dir,
+               uint64_t max_chunk_bytes)
 {
-    char path[CFG_STR_MAX + 32], err[CFG_STR_MAX + 64];
-    if (!d->cfg.dram_adopt) return 0;
-    snprintf(path, sizeof path, "%s/dram.journal", d->cfg.state_dir);
-    if (journal_open(path, d->dram->bytes, d->dram->path, &d->journal, err,
+    char path[CFG_STR_MAX + 32], err[CFG_STR_MAX + 64], layout[4096];
+    if (!enabled) return 0;
+    snprintf(path, sizeof path, "%s/dram.journal", state_dir);
+    dram_layout(a->dram, layout, sizeof layout);
+    if (journal_open(path, a->dram->bytes, layout, &a->journal, err,
                      sizeof err) != 0) {
         log_error("dram", "%s", err);
         return -1;
     }
-    d->ns.journal = d->journal; /* renamed ids are named afresh */
-    struct replay R = {d, NULL, 0, 0, 0};
-    long long recs = d->dram->adopted ? journal_replay(d->journal, on_add, on_del, &R) : 0;
+    a->ns->journal = a->journal; /* renamed ids are named afresh */
+    struct replay R = {a, max_chunk_bytes, NULL, 0, 0, 0};
+    int any = 0;
+    for (uint32_t i = 0; i < a->dram->n_seg; i++) any |= a->dram->seg[i].adopted;
+    long long recs = any ? journal_replay(a->journal, on_add, on_del, &R) : 0;
     if (recs < 0) log_warn("dram", "cannot read %s: nothing adopted", path);
-    d->adopted = commit_all(&R);
+    a->adopted = commit_all(&R);
     free(R.v);
-    if (d->adopted || d->adopt_dropped || R.skipped)
+    if (a->adopted || a->dropped || R.skipped)
         log_info("dram", "adopted %llu chunks (%llu MiB) from the previous run's pool; "
                  "%llu dropped (checksum), %llu journal records unusable",
-                 (unsigned long long)d->adopted,
-                 (unsigned long long)(d->idx.bytes_in[0] >> 20),
-                 (unsigned long long)d->adopt_dropped, (unsigned long long)R.skipped);
-    snapshot(d);
+                 (unsigned long long)a->adopted,
+                 (unsigned long long)(a->idx->bytes_in[0] >> 20),
+                 (unsigned long long)a->dropped, (unsigned long long)R.skipped);
+    snapshot(a);
     return 0;
 }
 
-void adopt_close(struct kvtierd *d)
+void adopt_close(struct adopt *a)
 {
-    if (!d->journal) return;
-    snapshot(d);
-    d->ns.journal = NULL;
-    journal_close(d->journal);
-    d->journal = NULL;
+    if (!a->journal) return;
+    snapshot(a);
+    a->ns->journal = NULL;
+    journal_close(a->journal);
+    a->journal = NULL;
 }

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "kvtierd.h"
+#include "clock.h"
 
 uint64_t now_ms(void)
 {

@@ -54,6 +54,11 @@ static const struct cfg_key keys[] = {
     {"daemon", "drain_timeout_ms", CFG_U64, F(drain_timeout_ms), "5000", 0,
      600000, "ms", 1,
      "on SIGTERM, how long to wait for clients to finish their leases"},
+    {"daemon", "shutdown_timeout_ms", CFG_U64, F(shutdown_timeout_ms), "15000", 0,
+     600000, "ms", 1,
+     "after the drain, how long the stop may take (closing the cluster, writing "
+     "the pool journal and NVMe index) before the process exits anyway with "
+     "status 1, logging the step it was stuck in; 0: unbounded"},
     {"daemon", "local_fast", CFG_U64, F(local_fast), "1", 0, 1, "bool", 0,
      "1: also serve local clients on a Unix stream socket beside the ipc one "
      "(<socket path>.fast), far faster than nng here; 0: nng only"},
@@ -82,13 +87,17 @@ static const struct cfg_key keys[] = {
      "authentication; a warning is logged); refused when tenants are set"},
     {"tenants", "tenant", CFG_TENANT, F(tenants), "", 0, 0, "spec", 0,
      "one tenant per line, repeatable: name=NAME uids=U,.. gids=G,.. "
-     "prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH]. A local client (ipc "
+     "prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH] [pool=BYTES]. A local client (ipc "
      "socket, fast channel) belongs to the first tenant listing its uid or "
      "gid (SO_PEERCRED); a remote one to the tenant whose tls= listener "
      "verified its certificate against that tenant's ca. A tenant uses only "
      "namespaces starting with one of its prefixes. No line: one tenant, "
      "everything allowed to whoever can open the socket. With tenants, "
-     "credentials no tenant lists are refused"},
+     "credentials no tenant lists are refused. pool=BYTES (at least 1M) gives "
+     "the tenant a DRAM pool of its own, of dram.pool's kind (a file beside "
+     "dram.pool_path, <pool_path>.<name>, mode 0600, or a memfd): its "
+     "namespaces are stored only there, its clients are handed only that "
+     "pool's fd and map no other; its prefixes may meet no other tenant's"},
     {"tenants", "admin_group", CFG_STR, F(admin_group), "", 0, 0, "group", 0,
      "group (name or gid) whose members, and the daemon's own uid, are "
      "operators: LIST of every namespace, CLEAR, EVICT, FLUSH, VERIFY, PEERS "
@@ -449,6 +458,9 @@ static int tenant_field(struct kvt_tenant *t, const char *f, size_t flen,
     if (IS("tls"))
         return strncmp(v, "tls+tcp://", 10) ? -1 : copy_field(t->tls, sizeof t->tls, v);
     if (IS("ca")) return copy_field(t->ca, sizeof t->ca, v);
+    if (IS("pool"))
+        return config_parse_bytes(v, &t->pool_bytes) != 0 || t->pool_bytes < (1u << 20)
+                   ? -1 : 0;
     return -1;
 #undef IS
 }
@@ -456,8 +468,23 @@ static int tenant_field(struct kvt_tenant *t, const char *f, size_t flen,
 static int tenant_err(const char *v, const char *why, char *err, size_t errlen)
 {
     snprintf(err, errlen, "tenants.tenant = '%s': %s (want name=NAME uids=U,.. "
-             "gids=G,.. prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH])", v, why);
+             "gids=G,.. prefixes=P,.. [tls=tls+tcp://HOST:PORT ca=PATH] [pool=BYTES])",
+             v, why);
     return -1;
+}
+
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+
+/* Could a namespace start with a prefix of a and one of b? (One prefix
+ * is a prefix of the other.) */
+static int prefixes_meet(const struct kvt_tenant *a, const struct kvt_tenant *b)
+{
+    for (uint32_t i = 0; i < a->n_prefixes; i++)
+        for (uint32_t j = 0; j < b->n_prefixes; j++) {
+            size_t la = strlen(a->prefixes[i]), lb = strlen(b->prefixes[j]);
+            if (!strncmp(a->prefixes[i], b->prefixes[j], la < lb ? la : lb)) return 1;
+        }
+    return 0;
 }
 
 /* A tenant line, whitespace-separated fields, appended to ts. */
@@ -486,6 +513,14 @@ static int add_tenant(struct kvt_tenants *ts, const char *v, char *err,
     for (uint32_t i = 0; i < ts->n; i++)
         if (!strcmp(ts->v[i].name, t->name))
             return tenant_err(v, "name used twice", err, errlen);
+    if (t->pool_bytes && t->name[strspn(t->name, NAME_CHARS)])
+        return tenant_err(v, "a tenant with its own pool names a file and an fd: "
+                          "its name may hold only letters, digits, '-', '_' and '.'",
+                          err, errlen);
+    for (uint32_t i = 0; i < ts->n; i++)
+        if ((t->pool_bytes || ts->v[i].pool_bytes) && prefixes_meet(t, &ts->v[i]))
+            return tenant_err(v, "a tenant with its own pool shares no namespace "
+                              "prefix with another tenant", err, errlen);
     ts->n++;
     return 0;
 }

@@ -34,6 +34,7 @@ struct kvt_tenant {
     uint32_t n_prefixes;
     char tls[128];              /* tls+tcp:// listener of its remote clients */
     char ca[CFG_STR_MAX];       /* CA that signs its client certificates */
+    uint64_t pool_bytes;        /* >0: its own DRAM pool of this size */
 };
 
 struct kvt_tenants {
@@ -53,6 +54,7 @@ struct kvt_config {
     uint64_t ns_per_client;       /* namespaces one connection may hold */
     uint64_t max_msg_bytes;       /* largest request accepted */
     uint64_t drain_timeout_ms;    /* SIGTERM: wait this long for leases */
+    uint64_t shutdown_timeout_ms; /* then the stop ends within this (stopguard.c) */
     uint64_t local_fast;          /* serve the local fast channel */
     uint64_t local_max_conns;     /* fast-channel connections at most */
     uint64_t park_per_client;     /* parked requests one connection may hold */

@@ -52,8 +52,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "kvtierd.h"
+#include "config.h"
+#include "index.h"
+#include "kvtier.h"
 #include "log.h"
+#include "ns.h"
 
 #define EV_BATCH_MAX 4096u /* records per message */
 #define EV_QUEUE_MAX 1024u /* batches waiting for the thread */
@@ -496,14 +499,14 @@ static void record(struct ev *e, uint32_t slot, uint8_t tiers, uint8_t kind,
     }
 }
 
-void ev_stored(struct kvtierd *d, uint32_t slot, uint8_t tiers)
+void ev_stored(struct ev *e, uint32_t slot, uint8_t tiers)
 {
-    if (d->ev) record(d->ev, slot, tiers, EV_STORED, 0);
+    if (e) record(e, slot, tiers, EV_STORED, 0);
 }
 
-void ev_removed(struct kvtierd *d, uint32_t slot, uint8_t tiers)
+void ev_removed(struct ev *e, uint32_t slot, uint8_t tiers)
 {
-    if (d->ev && !d->ev->quiet) record(d->ev, slot, tiers, EV_REMOVED, 0);
+    if (e && !e->quiet) record(e, slot, tiers, EV_REMOVED, 0);
 }
 
 static void all_cleared(struct ev *e, int wait)

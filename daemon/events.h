@@ -18,7 +18,6 @@
 struct ev;
 struct idx;
 struct kvt_config;
-struct kvtierd;
 struct ns_table;
 
 /* Counters, read by metrics.c (any thread may bump them; see events.c). */
@@ -45,12 +44,11 @@ void ev_close(struct ev *e);
 
 /* The chunk in slot (READY) gained a copy in the tiers named by `tiers`
  * (IDX_DRAM, IDX_NVME bits): BlockStored, medium CPU / STORAGE. The
- * placement code and the tiers call these two with the daemon; only its
- * publisher (d->ev) is used. */
-void ev_stored(struct kvtierd *d, uint32_t slot, uint8_t tiers);
+ * placement code and the tiers (through their host) call these two. */
+void ev_stored(struct ev *e, uint32_t slot, uint8_t tiers);
 /* The chunk in slot (still READY) loses its copies in `tiers`:
  * BlockRemoved. Call before the index forgets the entry. */
-void ev_removed(struct kvtierd *d, uint32_t slot, uint8_t tiers);
+void ev_removed(struct ev *e, uint32_t slot, uint8_t tiers);
 /* A CLEAR of namespace ns starts: if it empties the whole cache, this
  * publishes AllBlocksCleared and the removals until ev_clear_end() are not
  * published one by one. */

@@ -10,7 +10,8 @@
  * (and index_put: a record written but never indexed; nvme_hold: a read
  * that completes only when a later I/O does; peer_corrupt: a holder
  * flips a byte of a chunk a peer is about to pull; peer_lie: and reports
- * the checksum of what it flipped).
+ * the checksum of what it flipped; nng_close_hang and shutdown_hang: a
+ * stop that never finishes by itself).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -35,6 +36,10 @@ enum fault_point {
     FAULT_PEER_LIE,     /* the same, and the holder reports the checksum of
                          * the flipped bytes: only the committer's (from the
                          * index owners) can catch it */
+    FAULT_NNG_CLOSE_HANG, /* closing the cluster's sockets never returns
+                           * (nng 1.5's close deadlock, common/nngclose.h) */
+    FAULT_SHUTDOWN_HANG,  /* the shutdown stops for good after the cluster
+                           * is closed: the shutdown watchdog must end it */
     FAULT_CLUSTER_STALL, /* the core thread stalls 1 s before it handles
                           * queued daemon-to-daemon messages (a busy
                           * core): the receive queue fills */

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "nvme/nvstore.h"
 #include "park.h"
+#include "pool.h"
 #include "tenant.h"
 #include "wire.h"
 
@@ -115,7 +116,7 @@ void pipe_removed(struct kvtierd *d, uint32_t pipe)
         }
     park_pipe_gone(d->park, pipe); /* first: nothing may answer it from here on */
     lease_drop_pipe(&d->leases, pipe);
-    kvc_pipe_removed(d, pipe);
+    kvc_pipe_removed(d->kvc, pipe);
     tenant_conn_removed(d->tenants, pipe);
 }
 
@@ -199,6 +200,24 @@ static void give_pool_fd(struct req *r, Kvtier__HelloResp *h)
         log_warn("dram", "cannot pass the pool fd to client %u", r->pipe);
 }
 
+/* A tenant with a pool of its own: its clients are told of that pool
+ * alone, never its path (the file is the daemon's, mode 0600), and one
+ * on the fast channel is handed its fd; the default pool is not named. */
+static void own_pool(struct req *r, Kvtier__HelloResp *h, int tn)
+{
+    struct kvtierd *d = r->d;
+    const struct dram_seg *s = &d->dram->seg[d->tenant_pool[tn]];
+    h->pool_path = "";
+    h->pool_memfd = 1;
+    h->pool_bytes = s->bytes;
+    h->pool_offset = s->off;
+    h->pool = d->tenant_pool[tn];
+    if (!tenant_may_map_own(d->tenants, r->pipe, tn)) return;
+    if (local_attach_fd(d->local, s->fd) != 0)
+        log_warn("dram", "cannot pass tenant %s's pool fd to client %u",
+                 d->cfg.tenants.v[tn].name, r->pipe);
+}
+
 static void do_hello(struct req *r, const Kvtier__Hello *q)
 {
     struct kvtierd *d = r->d;
@@ -212,13 +231,15 @@ static void do_hello(struct req *r, const Kvtier__Hello *q)
     h->proto_version = KVT_PROTO_VERSION;
     h->daemon_version = KVT_VERSION;
     h->pool_path = d->dram->path;
-    h->pool_bytes = d->dram->bytes;
+    h->pool_bytes = d->dram->seg[0].bytes;
     h->client_id = r->pipe;
     h->max_keys = (uint32_t)d->cfg.max_keys;
     h->max_chunk_bytes = d->cfg.max_chunk_bytes;
     h->gpu = d->gpu;
     h->local_path = d->local_path;
-    if (d->dram->memfd) give_pool_fd(r, h);
+    int tn = tenant_of(d->tenants, r->pipe);
+    if (tn >= 0 && d->tenant_pool[tn]) own_pool(r, h, tn);
+    else if (d->dram->memfd) give_pool_fd(r, h);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_HELLO;
     r->rsp->hello = h;
 }
@@ -298,7 +319,7 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     struct kvtierd *d = r->d;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_sizes, q->sizes, &q->parent))
         return;
-    uint16_t ns = ns_claim(d, q->ns, r->pipe);
+    uint16_t ns = ns_claim(&d->ns, q->ns, r->pipe);
     struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
                                  lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, q->sizes, &q->parent) != KVT_OK) {
@@ -308,6 +329,7 @@ static void do_put_begin(struct req *r, const Kvtier__PutBegin *q)
     Kvtier__PutBeginResp *pr = arena_alloc(r->a, sizeof *pr);
     kvtier__put_begin_resp__init(pr);
     pr->lease = l->id;
+    pr->pool = pool_of_ns(d, q->ns);
     pr->n_slots = l->n;
     pr->slots = arena_alloc(r->a, l->n * sizeof *pr->slots);
     Kvtier__Slot *sl = arena_alloc(r->a, l->n * sizeof *sl);
@@ -386,7 +408,7 @@ static void do_put(struct req *r, const Kvtier__Put *q)
     for (size_t i = 0; i < q->n_data; i++) sizes[i] = q->data[i].len;
     if (check_put(r, q->ns, q->n_keys, q->keys, q->n_data, sizes, &q->parent))
         return;
-    uint16_t ns = ns_claim(d, q->ns, r->pipe);
+    uint16_t ns = ns_claim(&d->ns, q->ns, r->pipe);
     struct lease *l = lease_new(&d->leases, r->pipe, LEASE_WRITE, (uint32_t)q->n_keys,
                                  lease_deadline(d));
     if (reserve_all(r, l, ns, q->keys, sizes, &q->parent) != KVT_OK) {
@@ -472,6 +494,7 @@ static void get_leased(struct req *r, Kvtier__GetResp *g, const uint32_t *slots,
         d->st.bytes_out += idx_at(&d->idx, slots[i])->size;
     }
     g->lease = l->id;
+    g->pool = store_pool(d, slots[0]); /* one namespace: one pool */
     g->n_slots = n;
 }
 
@@ -511,7 +534,7 @@ static void get_answer(struct req *r, uint16_t ns, int inline_, size_t n_keys,
         g->slots[i] = &sl[i];
         hit_bytes += sl[i].size;
     }
-    metrics_hits(d, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_GET, g->n_slots, n_keys - g->n_slots, hit_bytes);
     d->st.hits += g->n_slots;
     d->st.misses += n_keys - g->n_slots;
     if (ns != NS_NONE) {
@@ -572,12 +595,7 @@ static void do_clear(struct req *r, const Kvtier__Clear *q)
 
 static void do_evict(struct req *r, const Kvtier__Evict *q)
 {
-    struct kvtierd *d = r->d;
-    uint64_t cap = d->dram->bytes;
-    uint64_t want = q->bytes ? q->bytes
-                             : cap - (uint64_t)((double)cap * d->cfg.low_watermark);
-    if (want > cap) want = cap;
-    set_count(r, store_evict(d, want, UINT32_MAX));
+    set_count(r, store_evict(r->d, q->bytes, UINT32_MAX));
 }
 
 /* ------------------------------------------------------------ stats, list */
@@ -604,8 +622,8 @@ static void fill_tier_stats(struct req *r, Kvtier__StatsResp *s)
 {
     struct kvtierd *d = r->d;
     struct tier_usage u;
-    s->adopted_chunks = d->adopted;
-    s->adopt_dropped = d->adopt_dropped;
+    s->adopted_chunks = d->adopt.adopted;
+    s->adopt_dropped = d->adopt.dropped;
     size_t n = d->nvme ? 2 : 1;
     s->tiers = arena_alloc(r->a, n * sizeof *s->tiers);
     s->n_tiers = n;
@@ -655,7 +673,7 @@ static void do_stats(struct req *r)
     s->version = KVT_VERSION;
     fill_ns_stats(r, s);
     s->namespaces = s->n_ns; /* those this client may see (tenant.c) */
-    kvc_fill_stats(d, s);
+    kvc_fill_stats(d->kvc, s);
     fill_tier_stats(r, s);
     r->rsp->body_case = KVTIER__RESPONSE__BODY_STATS;
     r->rsp->stats = s;
@@ -719,15 +737,15 @@ static void dispatch(struct req *r, const Kvtier__Request *q)
     case KVTIER__REQUEST__BODY_LIST: do_list(r, q->list); break;
     case KVTIER__REQUEST__BODY_EVICT: do_evict(r, q->evict); break;
     case KVTIER__REQUEST__BODY_REGISTER_KV_CACHE:
-        kvc_do_register(r, r->d, r->pipe, q->register_kv_cache, r->rsp); break;
+        kvc_do_register(r, r->d->kvc, r->pipe, q->register_kv_cache, r->rsp); break;
     case KVTIER__REQUEST__BODY_UNREGISTER_KV_CACHE:
-        kvc_do_unregister(r, r->d, r->pipe, q->unregister_kv_cache, r->rsp); break;
+        kvc_do_unregister(r, r->d->kvc, r->pipe, q->unregister_kv_cache, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_SAVE:
-        kvc_do_transfer(r, r->d, r->pipe, q->kv_save, KVC_SAVE, r->rsp); break;
+        kvc_do_transfer(r, r->d->kvc, r->pipe, q->kv_save, KVC_SAVE, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_LOAD:
-        kvc_do_transfer(r, r->d, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
+        kvc_do_transfer(r, r->d->kvc, r->pipe, q->kv_load, KVC_LOAD, r->rsp); break;
     case KVTIER__REQUEST__BODY_KV_WAIT:
-        kvc_do_wait(r, r->d, r->pipe, q->kv_wait, r->rsp); break;
+        kvc_do_wait(r, r->d->kvc, r->pipe, q->kv_wait, r->rsp); break;
     case KVTIER__REQUEST__BODY_FLUSH:
         nvs_do_flush(r, r->d->nvx, r->pipe, q->flush, r->rsp); break;
     case KVTIER__REQUEST__BODY_VERIFY:

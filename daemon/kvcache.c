@@ -35,15 +35,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "handlers.h"
+#include "clock.h"
+#include "handlers.h" /* req_alloc, req_fail */
 #include "hbm.h"
 #include "kvhbm.h"
 #include "kvwait.h"
 #include "kvxfer.h"
-#include "local.h"
 #include "log.h"
-#include "server.h"
-#include "store.h"
 #include "wire.h"
 
 /* ------------------------------------------------------------- records */
@@ -137,7 +135,7 @@ void kvc_reg_unref(struct kvc *k, struct kvc_reg *g)
     while (*p && *p != g) p = &(*p)->next;
     if (*p) *p = g->next;
     reg_release_mem(k, g);
-    ns_unhold(k->d, g->ns_id);
+    ns_unhold(k->env.ns, g->ns_id);
     free(g->ns);
     free(g);
 }
@@ -228,7 +226,7 @@ static void reg_release_mem(struct kvc *k, struct kvc_reg *g)
 
 /* -------------------------------------------------------- registration */
 
-static kvt_err reg_check(struct req *r, struct kvtierd *d, uint32_t pipe,
+static kvt_err reg_check(struct req *r, struct kvc *k, uint32_t pipe,
                          const Kvtier__RegisterKvCache *q)
 {
     const Kvtier__KvLayout *l = q->layout;
@@ -257,13 +255,13 @@ static kvt_err reg_check(struct req *r, struct kvtierd *d, uint32_t pipe,
         return req_fail(r, KVT_EINVAL, "chunk_tokens %u is not a positive "
                         "multiple of block_size %u", q->chunk_tokens, l->block_size);
     char why[128];
-    kvt_err ne = ns_admit(&d->ns, q->ns, pipe, d->cfg.ns_per_client, why,
+    kvt_err ne = ns_admit(k->env.ns, q->ns, pipe, k->env.cfg->ns_per_client, why,
                           sizeof why);
     if (ne != KVT_OK) return req_fail(r, ne, "%s", why);
-    if (regs_of(d->kvc, pipe) >= KVC_MAX_REGS)
+    if (regs_of(k, pipe) >= KVC_MAX_REGS)
         return req_fail(r, KVT_ETOOBIG, "this connection already has %d "
                         "KV-cache registrations", KVC_MAX_REGS);
-    if (!pipe_alive(d, pipe))
+    if (!k->env.pipe_alive(k->env.core, pipe))
         return req_fail(r, KVT_ECLOSED, "client connection is gone");
     return KVT_OK;
 }
@@ -304,16 +302,6 @@ static kvt_err layout_init(struct req *r, struct kvc_reg *g,
     return KVT_OK;
 }
 
-/* The uid at the other end of a local connection (nng ipc:// or the fast
- * channel); -1 for a remote one. */
-static int peer_uid(struct kvtierd *d, uint32_t pipe, uint64_t *uid)
-{
-    if (pipe >= LOCAL_ID_BASE) return local_peer_uid(d->local, pipe, uid);
-    nng_pipe p = NNG_PIPE_INITIALIZER;
-    p.id = pipe;
-    return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, uid) == 0 ? 0 : -1;
-}
-
 /* An O_PATH descriptor of path, resolved without following any symlink
  * (any component: RESOLVE_NO_SYMLINKS; only the last where the kernel
  * has no openat2). Opens nothing: a device or fifo is never opened. */
@@ -348,13 +336,13 @@ static kvt_err host_file_ok(struct req *r, const struct stat *st,
 }
 
 /* Open and check the engine's file; fd or -1 with the response failed. */
-static int host_open(struct req *r, struct kvtierd *d, const char *path,
+static int host_open(struct req *r, struct kvc *k, const char *path,
                      uint32_t pipe, uint64_t *size)
 {
     uint64_t uid;
     struct stat st;
     char proc[64];
-    if (peer_uid(d, pipe, &uid) != 0) {
+    if (k->env.peer_uid(k->env.core, pipe, &uid) != 0) {
         req_fail(r, KVT_ENOTSUP, "host-memory registration needs a local "
                  "connection (the daemon checks the peer's uid)");
         return -1;
@@ -393,12 +381,12 @@ static kvt_err host_bounds(struct req *r, const struct kvc_reg *g,
     return KVT_OK;
 }
 
-static kvt_err reg_host(struct req *r, struct kvtierd *d, struct kvc_reg *g,
+static kvt_err reg_host(struct req *r, struct kvc *k, struct kvc_reg *g,
                         uint32_t pipe, const Kvtier__RegisterKvCache *q)
 {
     const Kvtier__KvMemory *m = q->memory;
     uint64_t size, bases[KVT_LAYOUT_MAX_LAYERS * 2];
-    int fd = host_open(r, d, m->shm_path, pipe, &size);
+    int fd = host_open(r, k, m->shm_path, pipe, &size);
     if (fd < 0) return KVT_EINVAL;
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -450,7 +438,7 @@ static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
     uint64_t bases[KVT_LAYOUT_MAX_LAYERS * 2];
     if (!k->gpu)
         return req_fail(r, KVT_ENOTSUP, "GPU registration needs CUDA in "
-                        "kvtierd; GPU transfers are %s", k->d->gpu);
+                        "kvtierd; GPU transfers are %s", k->gpu_status);
     if (m->device < 0 || m->device >= kvt_gpu_device_count(k->gpu))
         return req_fail(r, KVT_EINVAL, "device %d: kvtierd sees %d", m->device,
                         kvt_gpu_device_count(k->gpu));
@@ -475,7 +463,7 @@ static kvt_err reg_cuda(struct req *r, struct kvc *k, struct kvc_reg *g,
     return e;
 }
 
-static kvt_err reg_chunking(struct req *r, struct kvtierd *d, struct kvc_reg *g,
+static kvt_err reg_chunking(struct req *r, const struct kvc *k, struct kvc_reg *g,
                             uint32_t chunk_tokens)
 {
     g->bpc = chunk_tokens / g->lay.block_size;
@@ -483,11 +471,11 @@ static kvt_err reg_chunking(struct req *r, struct kvtierd *d, struct kvc_reg *g,
     if (g->bpc > g->lay.num_blocks)
         return req_fail(r, KVT_EINVAL, "a chunk of %u blocks does not fit in "
                         "%u blocks", g->bpc, g->lay.num_blocks);
-    if (g->chunk_bytes == 0 || g->chunk_bytes > d->cfg.max_chunk_bytes)
+    if (g->chunk_bytes == 0 || g->chunk_bytes > k->env.cfg->max_chunk_bytes)
         return req_fail(r, KVT_ETOOBIG, "a chunk of %u tokens is %llu bytes: "
                         "over max_chunk_bytes (%llu)", chunk_tokens,
                         (unsigned long long)g->chunk_bytes,
-                        (unsigned long long)d->cfg.max_chunk_bytes);
+                        (unsigned long long)k->env.cfg->max_chunk_bytes);
     return KVT_OK;
 }
 
@@ -505,15 +493,14 @@ static void reg_respond(struct req *r, const struct kvc_reg *g,
     rsp->register_kv_cache = rr;
 }
 
-void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_register(struct req *r, struct kvc *k, uint32_t pipe,
                      const Kvtier__RegisterKvCache *q, Kvtier__Response *rsp)
 {
-    struct kvc *k = d->kvc;
-    if (reg_check(r, d, pipe, q) != KVT_OK) return;
+    if (reg_check(r, k, pipe, q) != KVT_OK) return;
     struct kvc_reg *g = xcalloc(1, sizeof *g);
     int host = q->memory->shm_path && q->memory->shm_path[0];
-    kvt_err e = host ? reg_host(r, d, g, pipe, q) : reg_cuda(r, k, g, q);
-    if (e == KVT_OK) e = reg_chunking(r, d, g, q->chunk_tokens);
+    kvt_err e = host ? reg_host(r, k, g, pipe, q) : reg_cuda(r, k, g, q);
+    if (e == KVT_OK) e = reg_chunking(r, k, g, q->chunk_tokens);
     if (e != KVT_OK) {
         reg_release_mem(k, g);
         free(g);
@@ -524,8 +511,8 @@ void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
     g->refs = 1;
     g->ns = strdup(q->ns);
     if (!g->ns) abort();
-    g->ns_id = ns_claim(d, q->ns, pipe); /* admitted above */
-    ns_hold(d, g->ns_id); /* SAVE finds it there while registered */
+    g->ns_id = ns_claim(k->env.ns, q->ns, pipe); /* admitted above */
+    ns_hold(k->env.ns, g->ns_id); /* SAVE finds it there while registered */
     g->next = k->regs;
     k->regs = g;
     k->n_regs++;
@@ -535,12 +522,12 @@ void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
     reg_respond(r, g, rsp);
 }
 
-void kvc_do_unregister(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_unregister(struct req *r, struct kvc *k, uint32_t pipe,
                        const Kvtier__UnregisterKvCache *q, Kvtier__Response *rsp)
 {
-    struct kvc_reg *g = reg_own(r, d->kvc, pipe, q->reg);
+    struct kvc_reg *g = reg_own(r, k, pipe, q->reg);
     if (!g) return;
-    reg_kill(d->kvc, g);
+    reg_kill(k, g);
     Kvtier__CountResp *c = req_alloc(r, sizeof *c);
     kvtier__count_resp__init(c);
     c->count = 1;
@@ -569,22 +556,23 @@ static kvt_err check_ids(struct req *r, const kvt_layout *lay,
     return KVT_OK;
 }
 
-static kvt_err check_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
+static kvt_err check_transfer(struct req *r, struct kvc *k, uint32_t pipe,
                               const Kvtier__KvTransfer *q, int kind,
                               struct kvc_reg **out)
 {
     if (!wire_ns_ok(q->ns))
         return req_fail(r, KVT_EINVAL, "bad namespace");
-    if (q->n_keys == 0 || q->n_keys > d->cfg.max_keys)
+    if (q->n_keys == 0 || q->n_keys > k->env.cfg->max_keys)
         return req_fail(r, q->n_keys ? KVT_ETOOBIG : KVT_EINVAL, "%zu keys: "
-                        "want 1-%llu", q->n_keys, (unsigned long long)d->cfg.max_keys);
+                        "want 1-%llu", q->n_keys,
+                        (unsigned long long)k->env.cfg->max_keys);
     for (size_t i = 0; i < q->n_keys; i++)
         if (!wire_key_ok(&q->keys[i]))
             return req_fail(r, KVT_EINVAL, "key %zu is %zu bytes, want %d", i,
                             q->keys[i].len, KVT_KEY_LEN);
     if (q->parent.len != 0 && !wire_key_ok(&q->parent))
         return req_fail(r, KVT_EINVAL, "parent key is %zu bytes", q->parent.len);
-    struct kvc_reg *g = reg_own(r, d->kvc, pipe, q->reg);
+    struct kvc_reg *g = reg_own(r, k, pipe, q->reg);
     if (!g) return KVT_ENOENT;
     if (strcmp(q->ns, g->ns) != 0)
         return req_fail(r, KVT_EINVAL, "namespace %s does not match "
@@ -595,7 +583,7 @@ static kvt_err check_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
                         "per key", q->n_block_ids, q->n_keys, g->bpc);
     if (check_ids(r, &g->lay, q->block_ids, q->n_block_ids, kind == KVC_LOAD))
         return KVT_EINVAL;
-    if (xfers_of(d->kvc, pipe) >= KVC_MAX_XFERS)
+    if (xfers_of(k, pipe) >= KVC_MAX_XFERS)
         return req_fail(r, KVT_EBUSY, "%d transfers not yet collected on this "
                         "connection: wait for some first", KVC_MAX_XFERS);
     *out = g;
@@ -603,13 +591,14 @@ static kvt_err check_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
 }
 
 /* A chunk cached (or being saved) under this key with another size. */
-static kvt_err save_sizes(struct req *r, struct kvtierd *d, uint16_t ns,
+static kvt_err save_sizes(struct req *r, struct kvc *k, uint16_t ns,
                           const Kvtier__KvTransfer *q, uint64_t chunk_bytes)
 {
+    const struct tier_host *h = k->env.host;
     for (size_t i = 0; ns != NS_NONE && i < q->n_keys; i++) {
-        uint32_t s = idx_find(&d->idx, ns, key_at(q, i));
+        uint32_t s = idx_find(h->idx, ns, key_at(q, i));
         if (s == IDX_NONE) continue;
-        const struct idx_entry *e = idx_at(&d->idx, s);
+        const struct idx_entry *e = idx_at(h->idx, s);
         if (e->state != IDX_DOOMED && e->size != chunk_bytes)
             return req_fail(r, KVT_EINVAL, "key %zu is cached as %llu bytes; "
                             "this registration's chunks are %llu bytes", i,
@@ -619,85 +608,89 @@ static kvt_err save_sizes(struct req *r, struct kvtierd *d, uint16_t ns,
     return KVT_OK;
 }
 
-static uint32_t parent_of(struct kvtierd *d, uint16_t ns,
+static uint32_t parent_of(struct kvc *k, uint16_t ns,
                           const Kvtier__KvTransfer *q, size_t i)
 {
-    if (i > 0) return idx_find(&d->idx, ns, key_at(q, i - 1));
+    const struct tier_host *h = k->env.host;
+    if (i > 0) return idx_find(h->idx, ns, key_at(q, i - 1));
     if (q->parent.len == 0) return IDX_NONE;
-    return idx_find(&d->idx, ns, (const kvt_key *)q->parent.data);
+    return idx_find(h->idx, ns, (const kvt_key *)q->parent.data);
 }
 
 /* Reserve the new keys; on failure the caller settles x (frees them). */
-static kvt_err save_reserve(struct req *r, struct kvtierd *d, uint16_t ns,
+static kvt_err save_reserve(struct req *r, struct kvc *k, uint16_t ns,
                             struct kvc_xfer *x, const Kvtier__KvTransfer *q)
 {
+    const struct tier_host *h = k->env.host;
     const struct kvc_reg *g = x->reg;
     for (uint32_t i = 0; i < x->n; i++) {
-        uint32_t have = idx_find(&d->idx, ns, key_at(q, i));
-        uint32_t p = parent_of(d, ns, q, i);
+        uint32_t have = idx_find(h->idx, ns, key_at(q, i));
+        uint32_t p = parent_of(k, ns, q, i);
         x->parent[i] = p;
-        x->pgen[i] = p == IDX_NONE ? 0 : idx_at(&d->idx, p)->gen;
-        if (have != IDX_NONE && idx_at(&d->idx, have)->state != IDX_DOOMED)
+        x->pgen[i] = p == IDX_NONE ? 0 : idx_at(h->idx, p)->gen;
+        if (have != IDX_NONE && idx_at(h->idx, have)->state != IDX_DOOMED)
             continue; /* cached or being saved: skip */
-        kvt_err e = store_reserve(d, ns, key_at(q, i), g->chunk_bytes, &x->slot[i]);
+        kvt_err e = h->reserve(h->core, ns, key_at(q, i), g->chunk_bytes,
+                               &x->slot[i]);
         if (e != KVT_OK)
             return req_fail(r, e, "cannot reserve %llu bytes for chunk %u: %s",
                             (unsigned long long)g->chunk_bytes, i, kvt_strerror(e));
         uint32_t j = x->n_move++;
-        x->chunk[j] = store_ptr(d, x->slot[i]);
-        if (g->mem == KVC_MEM_CUDA && d->kvc->hbm && g->device == d->kvc->hbm->device)
-            x->hent[j] = kvh_reserve(d->kvc, x->slot[i],
-                                     idx_at(&d->idx, x->slot[i])->gen, g->chunk_bytes);
+        x->chunk[j] = th_ptr(h, x->slot[i]);
+        if (g->mem == KVC_MEM_CUDA && k->hbm && g->device == k->hbm->device)
+            x->hent[j] = kvh_reserve(k, x->slot[i],
+                                     idx_at(h->idx, x->slot[i])->gen, g->chunk_bytes);
         memcpy(x->ids + (size_t)j * g->bpc, q->block_ids + (size_t)i * g->bpc,
                g->bpc * sizeof *x->ids);
     }
     return KVT_OK;
 }
 
-static kvt_err save_prepare(struct req *r, struct kvtierd *d, struct kvc_xfer *x,
+static kvt_err save_prepare(struct req *r, struct kvc *k, struct kvc_xfer *x,
                             const Kvtier__KvTransfer *q)
 {
-    uint16_t ns = ns_find(&d->ns, q->ns); /* interned by the registration */
+    uint16_t ns = ns_find(k->env.ns, q->ns); /* interned by the registration */
     if (ns == NS_NONE) {
         log_error("kvcache", "namespace %s of registration %llu is missing",
                   q->ns, (unsigned long long)x->reg->id);
         abort(); /* broken invariant */
     }
-    if (save_sizes(r, d, ns, q, x->reg->chunk_bytes) != KVT_OK) return KVT_EINVAL;
-    return save_reserve(r, d, ns, x, q);
+    if (save_sizes(r, k, ns, q, x->reg->chunk_bytes) != KVT_OK) return KVT_EINVAL;
+    return save_reserve(r, k, ns, x, q);
 }
 
 /* Every key cached now, at the registration's chunk size; then pin. */
-static kvt_err load_prepare(struct req *r, struct kvtierd *d, struct kvc_xfer *x,
+static kvt_err load_prepare(struct req *r, struct kvc *k, struct kvc_xfer *x,
                             const Kvtier__KvTransfer *q)
 {
+    const struct tier_host *h = k->env.host;
     const struct kvc_reg *g = x->reg;
-    uint16_t ns = ns_find(&d->ns, q->ns);
+    uint16_t ns = ns_find(k->env.ns, q->ns);
     uint32_t *slot = req_alloc(r, x->n * sizeof *slot);
     for (uint32_t i = 0; i < x->n; i++) {
-        uint32_t s = ns == NS_NONE ? IDX_NONE : idx_find(&d->idx, ns, key_at(q, i));
-        if (s == IDX_NONE || idx_at(&d->idx, s)->state != IDX_READY)
+        uint32_t s = ns == NS_NONE ? IDX_NONE : idx_find(h->idx, ns, key_at(q, i));
+        if (s == IDX_NONE || idx_at(h->idx, s)->state != IDX_READY)
             return req_fail(r, KVT_ENOENT, "key %u of %u is not cached: nothing "
                             "loaded", i, x->n);
-        if (!store_in_dram(d, s)) /* NVMe only: GET or LOOKUP prefetch first */
+        if (!th_in_dram(h, s)) /* NVMe only: GET or LOOKUP prefetch first */
             return req_fail(r, KVT_ENOENT, "key %u of %u is on NVMe only (LOOKUP "
                             "with prefetch brings it up): nothing loaded", i, x->n);
-        if (idx_at(&d->idx, s)->size != g->chunk_bytes)
+        if (idx_at(h->idx, s)->size != g->chunk_bytes)
             return req_fail(r, KVT_EINVAL, "key %u is cached as %llu bytes; this "
                             "registration's chunks are %llu bytes (layout or "
                             "chunk_tokens differ): nothing loaded", i,
-                            (unsigned long long)idx_at(&d->idx, s)->size,
+                            (unsigned long long)idx_at(h->idx, s)->size,
                             (unsigned long long)g->chunk_bytes);
         slot[i] = s;
     }
     memcpy(x->slot, slot, x->n * sizeof *slot);
-    uint64_t now = kvtierd_clock(d);
+    uint64_t now = h->clock_ms(h->core);
     for (uint32_t i = 0; i < x->n; i++) {
-        idx_pin(&d->idx, x->slot[i]);
-        idx_touch(&d->idx, x->slot[i], now);
-        x->chunk[i] = store_ptr(d, x->slot[i]);
-        x->csum[i] = idx_at(&d->idx, x->slot[i])->csum;
-        if (g->mem == KVC_MEM_CUDA && (x->hent[i] = kvh_find(d->kvc, x->slot[i], g->device))) {
+        idx_pin(h->idx, x->slot[i]);
+        idx_touch(h->idx, x->slot[i], now);
+        x->chunk[i] = th_ptr(h, x->slot[i]);
+        x->csum[i] = idx_at(h->idx, x->slot[i])->csum;
+        if (g->mem == KVC_MEM_CUDA && (x->hent[i] = kvh_find(k, x->slot[i], g->device))) {
             x->hent[i]->pins++;
             x->chunk[i] = x->hent[i]->dev; /* device to device */
         }
@@ -707,14 +700,13 @@ static kvt_err load_prepare(struct req *r, struct kvtierd *d, struct kvc_xfer *x
     return KVT_OK;
 }
 
-void kvc_do_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_transfer(struct req *r, struct kvc *k, uint32_t pipe,
                      const Kvtier__KvTransfer *q, int kind, Kvtier__Response *rsp)
 {
-    struct kvc *k = d->kvc;
     struct kvc_reg *g = NULL;
-    if (check_transfer(r, d, pipe, q, kind, &g) != KVT_OK) return;
+    if (check_transfer(r, k, pipe, q, kind, &g) != KVT_OK) return;
     struct kvc_xfer *x = xfer_new(k, pipe, kind, g, (uint32_t)q->n_keys);
-    kvt_err e = kind == KVC_SAVE ? save_prepare(r, d, x, q) : load_prepare(r, d, x, q);
+    kvt_err e = kind == KVC_SAVE ? save_prepare(r, k, x, q) : load_prepare(r, k, x, q);
     if (e != KVT_OK) {
         kvc_xfer_settle(k, x, e); /* releases what was reserved */
         kvc_xfer_free(k, x);
@@ -746,9 +738,8 @@ static void drop_xfer(struct kvc *k, struct kvc_xfer *x)
     }
 }
 
-void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe)
+void kvc_pipe_removed(struct kvc *k, uint32_t pipe)
 {
-    struct kvc *k = d->kvc;
     if (!k) return;
     for (int b = 0; b < KVC_XFER_BUCKETS; b++) {
         struct kvc_xfer *x = k->xb[b];
@@ -766,9 +757,8 @@ void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe)
     }
 }
 
-void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s)
+void kvc_fill_stats(const struct kvc *k, Kvtier__StatsResp *s)
 {
-    const struct kvc *k = d->kvc;
     if (!k) return;
     s->kv_registrations = k->n_regs;
     s->kv_transfers = k->n_xfers;
@@ -785,16 +775,26 @@ void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s)
     }
 }
 
+const char *kvc_gpu_status(const struct kvc *k)
+{
+    return k ? k->gpu_status : "unavailable: not started";
+}
+
+uint64_t kvc_unfinished(const struct kvc *k)
+{
+    return k ? k->n_xfers + k->n_waiters : 0;
+}
+
 /* ------------------------------------------------------- start and stop */
 
-/* d->gpu says what a client can expect of GPU registrations. */
+/* k->gpu_status says what a client can expect of GPU registrations. */
 static void gpu_open(struct kvc *k)
 {
-    struct kvtierd *d = k->d;
-    char why[sizeof d->gpu - 16];
+    const struct dram *pool = k->env.host->dram;
+    char why[KVC_GPU_STATUS - 16];
     kvt_err e = kvt_gpu_open(NULL, &k->gpu, why, sizeof why);
-    if (e == KVT_OK && kvt_gpu_host_register(k->gpu, d->dram->base,
-                                             d->dram->bytes) != KVT_OK) {
+    if (e == KVT_OK && kvt_gpu_host_register(k->gpu, pool->base,
+                                             pool->bytes) != KVT_OK) {
         snprintf(why, sizeof why, "cannot register the DRAM pool with CUDA: %s",
                  kvt_gpu_last_error(k->gpu));
         kvt_gpu_close(k->gpu);
@@ -802,26 +802,26 @@ static void gpu_open(struct kvc *k)
         e = KVT_ENOTSUP;
     }
     if (e != KVT_OK) {
-        snprintf(d->gpu, sizeof d->gpu, "unavailable: %s", why);
+        snprintf(k->gpu_status, sizeof k->gpu_status, "unavailable: %s", why);
         return;
     }
     k->pool_registered = 1;
-    snprintf(d->gpu, sizeof d->gpu, "available: %d device(s)",
+    snprintf(k->gpu_status, sizeof k->gpu_status, "available: %d device(s)",
              kvt_gpu_device_count(k->gpu));
 }
 
 static int hbm_start(struct kvc *k)
 {
-    struct kvtierd *d = k->d;
     char err[256];
-    if (d->cfg.hbm_bytes == 0) return 0;
+    uint64_t bytes = k->env.cfg->hbm_bytes;
+    if (bytes == 0) return 0;
     if (!k->gpu) {
         log_error("hbm", "hbm_bytes = %llu asks for an HBM tier, but GPU "
                   "transfers are %s; set hbm_bytes = 0 to run without it",
-                  (unsigned long long)d->cfg.hbm_bytes, d->gpu);
+                  (unsigned long long)bytes, k->gpu_status);
         return -1;
     }
-    if (hbm_open(kvt_gpu_ops(k->gpu), kvt_gpu_ctx(k->gpu), 0, d->cfg.hbm_bytes,
+    if (hbm_open(kvt_gpu_ops(k->gpu), kvt_gpu_ctx(k->gpu), 0, bytes,
                  &k->hbm, err, sizeof err) != KVT_OK) {
         log_error("hbm", "%s", err);
         return -1;
@@ -841,17 +841,17 @@ static void fault_hooks(struct kvc *k)
     }
 }
 
-int kvc_open(struct kvtierd *d)
+int kvc_open(const struct kvc_env *env, struct kvc **out)
 {
     struct kvc *k = xcalloc(1, sizeof *k);
-    d->kvc = k;
-    k->d = d;
+    *out = k;
+    k->env = *env;
     gpu_open(k);
-    log_info("kvcache", "GPU transfers %s", d->gpu);
+    log_info("kvcache", "GPU transfers %s", k->gpu_status);
     if (hbm_start(k) != 0) return -1;
     fault_hooks(k);
     kvc_sigbus_install();
-    dram_guard(d->dram); /* after: it chains to the workers' guard */
+    dram_guard(env->host->dram); /* after: it chains to the workers' guard */
     if (kvc_pool_start(k) != 0) {
         log_error("kvcache", "cannot start the transfer workers");
         return -1;
@@ -859,9 +859,8 @@ int kvc_open(struct kvtierd *d)
     return 0;
 }
 
-void kvc_close(struct kvtierd *d)
+void kvc_close(struct kvc *k)
 {
-    struct kvc *k = d->kvc;
     if (!k) return;
     for (int b = 0; b < KVC_XFER_BUCKETS; b++)
         for (struct kvc_xfer *x = k->xb[b]; x; x = x->hnext)
@@ -880,8 +879,7 @@ void kvc_close(struct kvtierd *d)
     }
     if (k->hbm) kvh_close(k);
     hbm_close(k->hbm);
-    if (k->pool_registered) kvt_gpu_host_unregister(k->gpu, d->dram->base);
+    if (k->pool_registered) kvt_gpu_host_unregister(k->gpu, k->env.host->dram->base);
     kvt_gpu_close(k->gpu);
     free(k);
-    d->kvc = NULL;
 }

@@ -29,6 +29,15 @@
  *
  * Everything in struct kvc is the core thread's, except the worker queue
  * (guarded by kvc_pool.mtx) and each transfer's cancel flag (atomic).
+ *
+ * Context: this module and its three helpers (kvxfer.c, kvwait.c,
+ * kvhbm.c) never see the daemon. They are built from a struct kvc_env
+ * (main.c fills it once): the core's host services (tier_host.h) for the
+ * index, the DRAM pool, the completion queue, placement (reserve, commit,
+ * free, watermark), the clock and parking -- the same door the tiers use;
+ * the namespace table for admission and holds; the configuration, read
+ * live so a SIGHUP reaches it; the daemon's bytes-out counter; and two
+ * questions about a client connection.
  */
 #ifndef KVT_KVCACHE_H
 #define KVT_KVCACHE_H
@@ -40,9 +49,11 @@
 
 #include "gpu.h"
 #include "kvtier.pb-c.h"
-#include "kvtierd.h"
+#include "config.h"
 #include "layout.h"
+#include "ns.h"
 #include "tier.h"
+#include "tier_host.h"
 #include "workq.h"
 
 #define KVC_MAX_REGS 64        /* registrations per connection */
@@ -157,8 +168,25 @@ struct kvc_counters {
     uint64_t hbm_demoted; /* copies dropped for room (DRAM keeps them) */
 };
 
+/* What the GPU data path is built with; every pointer outlives it. */
+struct kvc_env {
+    const struct tier_host *host; /* index, pool, cq, placement, clock, parks */
+    struct ns_table *ns;          /* admission (ns_admit), claims and holds */
+    const struct kvt_config *cfg; /* max_keys, max_chunk_bytes,
+                                   * ns_per_client, hbm_bytes: read live */
+    uint64_t *bytes_out;          /* the daemon's counter: bytes LOADs sent */
+    void *core;                   /* handed to the two calls below */
+    /* 1 while connection pipe is open. */
+    int (*pipe_alive)(void *core, uint32_t pipe);
+    /* The uid at the other end of a local connection; -1 for a remote one. */
+    int (*peer_uid)(void *core, uint32_t pipe, uint64_t *uid);
+};
+
+#define KVC_GPU_STATUS 160
+
 struct kvc {
-    struct kvtierd *d;
+    struct kvc_env env;
+    char gpu_status[KVC_GPU_STATUS]; /* "available: ..." / "unavailable: why" */
     struct kvt_gpu *gpu;  /* NULL: no GPU here */
     struct hbm *hbm;      /* NULL: hbm_bytes = 0 */
     struct kvc_hcache hc; /* what HBM holds (kvhbm.c) */
@@ -178,29 +206,35 @@ struct kvc {
 
 /* ---- main.c: start and stop ------------------------------------------ */
 
-/* Load CUDA if it is here (d->gpu says how it went), open the HBM tier if
- * hbm_bytes asks for one, start the workers. -1 (logged) when the daemon
- * must not start: hbm_bytes > 0 without a usable GPU. */
-int kvc_open(struct kvtierd *d);
-/* Stop the workers, drop every transfer and registration. Core thread,
- * before server_close. Accepts a daemon whose kvc_open failed or never
- * ran. */
-void kvc_close(struct kvtierd *d);
+/* Load CUDA if it is here (kvc_gpu_status says how it went), open the HBM
+ * tier if hbm_bytes asks for one, start the workers. *out is set even on
+ * failure (for kvc_close). -1 (logged) when the daemon must not start:
+ * hbm_bytes > 0 without a usable GPU. */
+int kvc_open(const struct kvc_env *env, struct kvc **out);
+/* Stop the workers, drop every transfer and registration, free k. Core
+ * thread, before server_close. Accepts NULL and a k whose kvc_open
+ * failed. */
+void kvc_close(struct kvc *k);
+/* What a client can expect of GPU registrations (HELLO, STATS). */
+const char *kvc_gpu_status(const struct kvc *k);
+/* Transfers not yet collected and KvWaits parked (the drain waits). */
+uint64_t kvc_unfinished(const struct kvc *k);
 
 /* ---- handlers.c -------------------------------------------------------- */
 
 struct req;
 
-void kvc_do_register(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_register(struct req *r, struct kvc *k, uint32_t pipe,
                      const Kvtier__RegisterKvCache *q, Kvtier__Response *rsp);
-void kvc_do_unregister(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_unregister(struct req *r, struct kvc *k, uint32_t pipe,
                        const Kvtier__UnregisterKvCache *q,
                        Kvtier__Response *rsp);
-void kvc_do_transfer(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_transfer(struct req *r, struct kvc *k, uint32_t pipe,
                      const Kvtier__KvTransfer *q, int kind,
                      Kvtier__Response *rsp);
-void kvc_pipe_removed(struct kvtierd *d, uint32_t pipe);
-void kvc_fill_stats(const struct kvtierd *d, Kvtier__StatsResp *s);
+/* Accepts NULL (no GPU data path yet). */
+void kvc_pipe_removed(struct kvc *k, uint32_t pipe);
+void kvc_fill_stats(const struct kvc *k, Kvtier__StatsResp *s);
 
 /* ---- for kvxfer.c, kvwait.c and kvhbm.c -------------------------------- */
 

@@ -120,7 +120,7 @@ struct kvc_hent *kvh_find(struct kvc *k, uint32_t slot, int device)
     if (!k->hbm || device != k->hbm->device) return NULL;
     for (struct kvc_hent *h = *hbucket(k, slot); h; h = h->hnext) {
         if (h->slot != slot) continue;
-        const struct idx_entry *e = idx_at(&k->d->idx, slot);
+        const struct idx_entry *e = idx_at(k->env.host->idx, slot);
         if (e->gen != h->gen || e->state != IDX_READY) {
             if (!h->pins) kvh_drop(k, h); /* its DRAM chunk is gone */
             return NULL;

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "adopt.h"
 #include "clock.h"
 #include "config.h"
 #include "dram.h"
@@ -22,16 +23,10 @@
 #include "ns.h"
 #include "tier_host.h"
 
-struct counters {
-    uint64_t hits, misses, puts, evictions, bytes_in, bytes_out;
-    uint64_t errors, expired_leases, requests;
-};
-
 struct server;
 struct kvc;
 struct metrics_http;
 struct nvs_ctx;
-struct journal;
 struct cl_ctx;
 struct ev;
 struct park_table;
@@ -42,6 +37,8 @@ struct kvtierd {
     struct kvt_config cfg;
     struct dram *dram;
     unsigned pool_gid;     /* group whose members may map a memfd pool */
+    uint32_t tenant_pool[CFG_TENANTS_MAX]; /* each tenant's pool (0: the
+                                            * default one), pool.c */
     struct idx idx;
     struct ns_table ns;
     struct lease_table leases;
@@ -51,10 +48,11 @@ struct kvtierd {
     struct counters st;
     uint32_t *pipes; /* connected nng pipe ids */
     uint32_t n_pipes, cap_pipes;
-    uint64_t evict_target; /* >0: bytes still to free in slices */
+    uint64_t evict_target; /* >0: some pool has bytes to free in slices */
+    uint64_t pool_target[DRAM_POOLS_MAX]; /* each pool's bytes to free */
     char gpu[160];
     struct kvc *kvc;       /* KV-cache registrations, transfers (kvcache.c) */
-    struct journal *journal; /* committed DRAM chunks, or NULL (adopt.c) */
+    struct adopt adopt;    /* the DRAM journal; what start adopted (adopt.c) */
     /* the tiers (tier.h), built from one host of the core's services
      * (tierhost.c) */
     struct tier_host host;
@@ -67,7 +65,6 @@ struct kvtierd {
     struct park_table *park; /* requests answered later (park.c) */
     struct tenants *tenants; /* who each connection is (tenant.c) */
     struct wq_cq *cq;      /* workers' finished jobs (workq.c) */
-    uint64_t adopted, adopt_dropped; /* at start, from the last run's pool */
     uint64_t start_ms;
     /* operations (main.c, metrics.c) */
     struct met_core met;

@@ -16,7 +16,6 @@
 #include "handlers.h"
 #include "kvcache.h"
 #include "log.h"
-#include "park.h"
 
 /* ------------------------------------------------------------ answering */
 
@@ -101,10 +100,10 @@ static void answer(struct kvc *k, struct kvc_waiter **link)
     if (!mem) abort(); /* control-plane allocation */
     Kvtier__Response rsp;
     kvtier__response__init(&rsp);
-    rsp.id = park_req_id(w->park);
+    rsp.id = k->env.host->park_req_id(w->park);
     rsp.body_case = KVTIER__RESPONSE__BODY_KV_WAIT;
     rsp.kv_wait = collect(k, w->xfers, w->n, mem);
-    park_answer(k->d, w->park, &rsp);
+    k->env.host->park_answer(k->env.host->core, w->park, &rsp);
     free(mem);
     waiter_free(k, link);
 }
@@ -112,14 +111,14 @@ static void answer(struct kvc *k, struct kvc_waiter **link)
 /* park.c: the client left, or the daemon stops; nothing is sent. */
 static void wait_gone(void *ctx, void *owner)
 {
-    struct kvtierd *d = ctx;
-    waiter_free(d->kvc, link_of(d->kvc, owner));
+    struct kvc *k = ctx;
+    waiter_free(k, link_of(k, owner));
 }
 
 static void wait_due(void *ctx, void *owner)
 {
-    struct kvtierd *d = ctx;
-    answer(d->kvc, link_of(d->kvc, owner));
+    struct kvc *k = ctx;
+    answer(k, link_of(k, owner));
 }
 
 static const struct park_ops wait_ops = {wait_gone, wait_due};
@@ -128,7 +127,7 @@ static const struct park_ops wait_ops = {wait_gone, wait_due};
 void kvc_wait_close(struct kvc *k)
 {
     while (k->waiters) {
-        park_answer(k->d, k->waiters->park, NULL);
+        k->env.host->park_answer(k->env.host->core, k->waiters->park, NULL);
         waiter_free(k, &k->waiters);
     }
 }
@@ -150,10 +149,10 @@ void kvc_wait_notify(struct kvc *k, uint32_t pipe)
 static kvt_err check_wait(struct req *r, struct kvc *k, uint32_t pipe,
                           const Kvtier__KvWait *q)
 {
-    if (q->n_xfers == 0 || q->n_xfers > k->d->cfg.max_keys)
+    if (q->n_xfers == 0 || q->n_xfers > k->env.cfg->max_keys)
         return req_fail(r, q->n_xfers ? KVT_ETOOBIG : KVT_EINVAL, "%zu "
                         "transfers: want 1-%llu", q->n_xfers,
-                        (unsigned long long)k->d->cfg.max_keys);
+                        (unsigned long long)k->env.cfg->max_keys);
     uint64_t stamp = ++k->stamp;
     for (size_t i = 0; i < q->n_xfers; i++) {
         struct kvc_xfer *x = kvc_xfer_find(k, q->xfers[i]);
@@ -177,7 +176,8 @@ static int park(struct kvc *k, uint32_t pipe, const Kvtier__KvWait *q,
 {
     struct kvc_waiter *w = calloc(1, sizeof *w);
     if (!w) abort(); /* control-plane allocation */
-    if (!(w->park = park_defer(k->d, pipe, req_id, &wait_ops, k->d, w))) {
+    const struct tier_host *h = k->env.host;
+    if (!(w->park = h->park(h->core, pipe, req_id, &wait_ops, k, w))) {
         free(w);
         return -1;
     }
@@ -186,17 +186,16 @@ static int park(struct kvc *k, uint32_t pipe, const Kvtier__KvWait *q,
     uint32_t ms = q->timeout_ms < KVC_WAIT_MAX_MS ? q->timeout_ms : KVC_WAIT_MAX_MS;
     w->n = (uint32_t)q->n_xfers;
     w->pipe = pipe;
-    park_set_deadline(k->d, w->park, kvtierd_clock(k->d) + (ms ? ms : 1));
+    h->park_deadline(h->core, w->park, h->clock_ms(h->core) + (ms ? ms : 1));
     w->next = k->waiters;
     k->waiters = w;
     k->n_waiters++;
     return 0;
 }
 
-void kvc_do_wait(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_wait(struct req *r, struct kvc *k, uint32_t pipe,
                  const Kvtier__KvWait *q, Kvtier__Response *rsp)
 {
-    struct kvc *k = d->kvc;
     if (check_wait(r, k, pipe, q) != KVT_OK) return;
     if (q->timeout_ms && !all_done(k, q->xfers, q->n_xfers) &&
         park(k, pipe, q, rsp->id) == 0)

@@ -12,7 +12,7 @@
 
 struct req;
 
-void kvc_do_wait(struct req *r, struct kvtierd *d, uint32_t pipe,
+void kvc_do_wait(struct req *r, struct kvc *k, uint32_t pipe,
                  const Kvtier__KvWait *q, Kvtier__Response *rsp);
 
 /* A transfer of pipe finished: answer the waits it completes. */

@@ -33,7 +33,6 @@
 #include "kvhbm.h"
 #include "kvwait.h"
 #include "log.h"
-#include "store.h"
 
 /* ----------------------------------------------------------- SIGBUS guard */
 
@@ -198,12 +197,12 @@ static int run_guarded(struct kvc_wk *w, struct kvc_xfer *x, kvt_err *out)
 /* ------------------------------------------------------- core: settling */
 
 /* Parent slot of chunk i, if it still names the chunk it named. */
-static uint32_t live_parent(struct kvtierd *d, const struct kvc_xfer *x,
+static uint32_t live_parent(const struct idx *ix, const struct kvc_xfer *x,
                             uint32_t i)
 {
     uint32_t p = x->parent[i];
     if (p == IDX_NONE) return IDX_NONE;
-    const struct idx_entry *e = idx_at(&d->idx, p);
+    const struct idx_entry *e = idx_at(ix, p);
     if (e->gen != x->pgen[i] || (e->state != IDX_READY && e->state != IDX_PENDING))
         return IDX_NONE;
     return p;
@@ -222,22 +221,22 @@ static void save_settle_hbm(struct kvc *k, struct kvc_xfer *x, int commit)
 
 static void save_settle(struct kvc *k, struct kvc_xfer *x, int commit)
 {
-    struct kvtierd *d = k->d;
+    const struct tier_host *h = k->env.host;
     uint32_t j = 0;
     save_settle_hbm(k, x, commit);
     for (uint32_t i = 0; i < x->n; i++) {
         uint32_t s = x->slot[i];
         if (s == IDX_NONE) continue;
-        if (commit) store_commit(d, s, x->csum[j], live_parent(d, x, i));
-        else store_free(d, s);
+        if (commit) h->commit(h->core, s, x->csum[j], live_parent(h->idx, x, i));
+        else h->free_slot(h->core, s);
         j++;
     }
-    if (commit) store_watermark(d);
+    if (commit) h->watermark(h->core);
 }
 
 static void load_settle(struct kvc *k, struct kvc_xfer *x, int ok)
 {
-    struct kvtierd *d = k->d;
+    const struct tier_host *h = k->env.host;
     for (uint32_t j = 0; j < x->n_move; j++) {
         if (!x->hent[j]) continue;
         x->hent[j]->pins--;
@@ -247,10 +246,10 @@ static void load_settle(struct kvc *k, struct kvc_xfer *x, int ok)
     for (uint32_t i = 0; i < x->n; i++) {
         uint32_t s = x->slot[i];
         if (s == IDX_NONE) continue;
-        if (idx_unpin(&d->idx, s) == 0 && idx_at(&d->idx, s)->state == IDX_DOOMED)
-            store_free(d, s);
+        if (idx_unpin(h->idx, s) == 0 && idx_at(h->idx, s)->state == IDX_DOOMED)
+            h->free_slot(h->core, s);
     }
-    if (ok) d->st.bytes_out += (uint64_t)x->n * x->reg->chunk_bytes;
+    if (ok) *k->env.bytes_out += (uint64_t)x->n * x->reg->chunk_bytes;
 }
 
 void kvc_xfer_settle(struct kvc *k, struct kvc_xfer *x, kvt_err err)
@@ -322,7 +321,8 @@ static void worker_fini(void *tls)
 
 int kvc_pool_start(struct kvc *k)
 {
-    struct wq_opts o = {"kv-transfer", KVC_WORKERS, k->d->cq, worker_init, worker_fini, k};
+    struct wq_opts o = {"kv-transfer", KVC_WORKERS, k->env.host->cq, worker_init,
+                        worker_fini, k};
     return workq_open(&o, &k->pool.q);
 }
 

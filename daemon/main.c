@@ -41,6 +41,7 @@
 #include "peer/cluster.h"
 #include "adopt.h"
 #include "events.h"
+#include "fault.h"
 #include "handlers.h"
 #include "kvcache.h"
 #include "kvtierd.h"
@@ -52,6 +53,7 @@
 #include "park.h"
 #include "pool.h"
 #include "server.h"
+#include "stopguard.h"
 #include "store.h"
 #include "tenant.h"
 #include "tierhost.h"
@@ -228,9 +230,15 @@ static void on_pipe(void *arg, uint32_t pipe, int added)
     else pipe_removed(d, pipe);
 }
 
+/* adopt.c's question "which pool does ns belong in" (pool.c answers). */
+static uint32_t adopt_pool_of(void *arg, const char *ns)
+{
+    return pool_of_ns(arg, ns);
+}
+
 static int open_tiers(struct kvtierd *d)
 {
-    if (pool_open(d) != 0) return -1;
+    if (pool_open(d) != 0 || pool_open_tenants(d) != 0) return -1;
     if (idx_init(&d->idx, d->dram->bytes / DRAM_UNIT + nvs_index_slots(&d->nvx->cfg)) != 0) {
         log_error("index", "out of memory");
         return -1;
@@ -240,10 +248,17 @@ static int open_tiers(struct kvtierd *d)
     d->idx.plain_lru = d->cfg.plain_lru != 0;
     lease_init(&d->leases, handle_lease_release, d);
     d->ns.idx = &d->idx;
-    if (adopt_open(d) != 0) return -1; /* the last run's DRAM chunks */
+    d->adopt.idx = &d->idx;
+    d->adopt.ns = &d->ns;
+    d->adopt.dram = d->dram;
+    d->adopt.pool_of = adopt_pool_of;
+    d->adopt.pool_arg = d;
+    if (adopt_open(&d->adopt, (int)d->cfg.dram_adopt, d->cfg.state_dir,
+                   d->cfg.max_chunk_bytes) != 0)
+        return -1; /* the last run's DRAM chunks */
     if (nvs_open(d->nvx) != 0) return -1; /* loads the NVMe index */
     tierhost_order(d);
-    return kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
+    return tierhost_kvc_open(d); /* fills d->gpu; refuses hbm_bytes without a GPU */
 }
 
 static void on_local_request(void *arg, uint32_t conn, const uint8_t *body,
@@ -322,7 +337,11 @@ static int open_metrics(struct kvtierd *d)
 /* Open everything requests need, telling systemd what is going on. */
 static int open_all(struct kvtierd *d)
 {
-    char st[CFG_STR_MAX + 64];
+    char st[CFG_STR_MAX + 64], ferr[256];
+    if (fault_init(NULL, ferr, sizeof ferr) != 0) { /* KVT_FAULT, tests only */
+        log_error("main", "%s", ferr);
+        return -1;
+    }
     snprintf(st, sizeof st, "STATUS=opening DRAM pool (%llu MiB) and index",
              (unsigned long long)(d->cfg.pool_bytes >> 20));
     notify(st);
@@ -373,6 +392,9 @@ static void begin_drain(struct kvtierd *d, unsigned signo)
     char st[96];
     d->draining = 1;
     d->drain_deadline = kvtierd_clock(d) + d->cfg.drain_timeout_ms;
+    sg_stage("the drain");
+    if (d->cfg.shutdown_timeout_ms)
+        sg_arm(d->cfg.drain_timeout_ms + d->cfg.shutdown_timeout_ms);
     log_info("main", "signal %u: draining: new work refused; waiting up to "
              "%llu ms for %llu lease(s)", signo,
              (unsigned long long)d->cfg.drain_timeout_ms,
@@ -387,7 +409,7 @@ static void begin_drain(struct kvtierd *d, unsigned signo)
 static uint64_t unfinished(const struct kvtierd *d)
 {
     uint64_t n = d->leases.count;
-    if (d->kvc) n += d->kvc->n_xfers + d->kvc->n_waiters;
+    n += kvc_unfinished(d->kvc);
     return n;
 }
 
@@ -418,7 +440,7 @@ static void on_tick(struct kvtierd *d, struct loop *lp)
     d->st.expired_leases += lease_expire(&d->leases, now);
     store_watermark(d);
     nvs_tick(d->nvx);
-    adopt_tick(d);
+    adopt_tick(&d->adopt);
     cluster_tick(d->clx);
     if (lp->wd_ms && now - lp->wd_last >= lp->wd_ms / 2) {
         notify("WATCHDOG=1");
@@ -520,13 +542,32 @@ static void loop_close(struct loop *lp)
     if (lp->sfd >= 0) close(lp->sfd);
 }
 
+/* The parts of the daemon the metrics report on (metrics.h), as they are
+ * now; then answer the scrapes waiting. */
+static void scrape(struct kvtierd *d)
+{
+    const char *pools[DRAM_POOLS_MAX] = {"default"};
+    for (uint32_t i = 0; i < d->cfg.tenants.n; i++)
+        if (d->tenant_pool[i]) pools[d->tenant_pool[i]] = d->cfg.tenants.v[i].name;
+    struct met_src s = {
+        .pool_names = pools,
+        .cfg = &d->cfg, .met = &d->met, .st = &d->st, .ns = &d->ns,
+        .idx = &d->idx, .leases = &d->leases, .dram = d->dram, .kvc = d->kvc,
+        .nvme = d->nvme, .nvx = d->nvx, .clx = d->clx, .ev = d->ev,
+        .local = d->local, .uptime_ms = kvtierd_clock(d),
+        .adopted = d->adopt.adopted, .n_pipes = d->n_pipes,
+        .draining = d->draining,
+    };
+    metrics_http_poll(d->http, &s);
+}
+
 static void dispatch_fd(struct kvtierd *d, struct loop *lp, int fd)
 {
     if (fd == lp->sv) server_poll(d->srv, on_request, on_pipe, d);
     else if (fd == lp->tfd) on_tick(d, lp);
     else if (fd == lp->sfd) on_signal(d, lp);
     else if (fd == lp->lfd) local_poll(d->local);
-    else if (fd == lp->mfd) metrics_http_poll(d->http, d);
+    else if (fd == lp->mfd) scrape(d);
     else if (fd == lp->nfd) nvs_poll(d->nvx);
     else if (fd == lp->cfd) cluster_poll(d->clx);
     else if (fd == lp->pfd) cluster_peer_poll(d->clx);
@@ -565,10 +606,19 @@ static int flush_for_restart(struct kvtierd *d)
 
 static void shutdown_all(struct kvtierd *d, int lock_fd)
 {
+    sg_arm(d->cfg.shutdown_timeout_ms); /* armed already when a drain ran */
+    sg_stage("NVMe I/O");
     if (d->nvx) nvs_quiesce(d->nvx); /* NVMe I/O done, parked requests answered */
-    kvc_close(d); /* workers first: they post to the server */
+    sg_stage("GPU transfers");
+    tierhost_kvc_close(d); /* workers first: they post to the server */
+    sg_stage("the cluster");
     if (d->clx) cluster_close(d->clx);
+    if (fault_hit(FAULT_SHUTDOWN_HANG)) {
+        sg_stage("shutdown_hang (KVT_FAULT)");
+        for (;;) pause(); /* signals are blocked: forever */
+    }
     if (d->nvx) tierhost_order(d); /* the peer tier is gone */
+    sg_stage("client transports");
     park_close(d->park); /* what no module answered: dropped, before the transports */
     d->park = NULL;
     metrics_http_close(d->http);
@@ -580,11 +630,14 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     tenant_close(d->tenants);
     d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);
+    sg_stage("the NVMe index");
     if (d->nvx) {
         nvs_close(d->nvx);
         tierhost_order(d); /* the NVMe tier is gone */
     }
-    adopt_close(d); /* the journal the next daemon adopts the pool by */
+    sg_stage("the pool journal");
+    adopt_close(&d->adopt); /* the journal the next daemon adopts the pool by */
+    sg_stage("memory");
     ev_close(d->ev);
     d->ev = NULL;
     idx_destroy(&d->idx);
@@ -594,6 +647,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     wq_cq_close(d->cq); /* every queue is closed by now */
     tierhost_close(d);
     if (lock_fd >= 0) close(lock_fd);
+    sg_done();
 }
 
 int main(int argc, char **argv)

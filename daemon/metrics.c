@@ -20,13 +20,16 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "config.h"
+#include "dram.h"
 #include "events.h"
-#include "peer/cluster.h"
 #include "hbm.h"
+#include "index.h"
 #include "kvcache.h"
 #include "kvtier.pb-c.h"
-#include "kvtierd.h"
+#include "lease.h"
 #include "local.h"
+#include "ns.h"
 #include "nvme/nvstore.h"
 #include "peer/cluster.h"
 
@@ -67,14 +70,14 @@ void metrics_request(struct met_core *m, int kind, int err, uint64_t elapsed_ns)
     if (err > 0 && err < KVT_ERR_COUNT) m->errors[err]++;
 }
 
-void metrics_hits(struct kvtierd *d, uint16_t ns, enum hit_op op,
+void metrics_hits(struct ns_table *t, struct met_core *m, uint16_t ns, enum hit_op op,
                   uint64_t hit_chunks, uint64_t miss_chunks, uint64_t hit_bytes)
 {
-    if (ns == NS_NONE || ns >= d->ns.n) {
-        d->met.unknown_ns_misses[op] += miss_chunks;
+    if (ns == NS_NONE || ns >= t->n) {
+        m->unknown_ns_misses[op] += miss_chunks;
         return;
     }
-    struct ns_info *ni = &d->ns.v[ns];
+    struct ns_info *ni = &t->v[ns];
     ni->hit_chunks[op] += hit_chunks;
     ni->miss_chunks[op] += miss_chunks;
     ni->hit_bytes[op] += hit_bytes;
@@ -144,17 +147,17 @@ static void sample(struct sbuf *b, const char *name, const char *labels,
 
 /* The ns label: the name, or with metrics.ns_names = 0 a hash of it (the
  * series stay apart and stable across restarts; names stay private). */
-static const char *ns_label(const struct kvtierd *d, const char *ns,
+static const char *ns_label(const struct met_src *d, const char *ns,
                             char *buf, size_t len)
 {
-    if (d->cfg.metrics_ns_names) return ns;
+    if (d->cfg->metrics_ns_names) return ns;
     snprintf(buf, len, "h-%016llx",
              (unsigned long long)XXH3_64bits(ns, strlen(ns)));
     return buf;
 }
 
 /* name{ns="<escaped>",<rest>} v */
-static void sample_ns(struct sbuf *b, const struct kvtierd *d, const char *name,
+static void sample_ns(struct sbuf *b, const struct met_src *d, const char *name,
                       const char *ns, const char *rest, uint64_t v)
 {
     char h[24];
@@ -171,14 +174,14 @@ static void one(struct sbuf *b, const char *name, const char *type,
     sample(b, name, labels, v);
 }
 
-static void render_process(struct sbuf *b, struct kvtierd *d)
+static void render_process(struct sbuf *b, const struct met_src *d)
 {
     family(b, "kvtier_build_info", "gauge", "Version of this kvtierd (value 1).");
     sb_printf(b, "kvtier_build_info{version=\"");
     sb_esc(b, KVT_VERSION);
     sb_printf(b, "\"} 1\n");
     family(b, "kvtier_uptime_seconds", "gauge", "Seconds since kvtierd started.");
-    sb_printf(b, "kvtier_uptime_seconds %.3f\n", (double)kvtierd_clock(d) / 1000.0);
+    sb_printf(b, "kvtier_uptime_seconds %.3f\n", (double)d->uptime_ms / 1000.0);
     one(b, "kvtier_draining", "gauge",
         "1 while a SIGTERM drain refuses new work, else 0.", "",
         (uint64_t)d->draining);
@@ -189,12 +192,12 @@ static void render_process(struct sbuf *b, struct kvtierd *d)
         "were open.", "", local_refused(d->local));
     one(b, "kvtier_index_bytes", "gauge",
         "Memory the chunk index and allocator metadata use.", "",
-        idx_mem_bytes(&d->idx));
+        idx_mem_bytes(d->idx));
     family(b, "kvtier_config_reloads_total", "counter",
            "SIGHUP reloads by result (error: old settings kept).");
-    sample(b, "kvtier_config_reloads_total", "result=\"ok\"", d->met.reloads_ok);
+    sample(b, "kvtier_config_reloads_total", "result=\"ok\"", d->met->reloads_ok);
     sample(b, "kvtier_config_reloads_total", "result=\"error\"",
-           d->met.reloads_failed);
+           d->met->reloads_failed);
 }
 
 /* The tiers this daemon runs: dram always, hbm when a GPU pool is open. */
@@ -204,21 +207,21 @@ struct tier_row {
     double high, low;
 };
 
-static int tier_rows(struct kvtierd *d, struct tier_row *rows)
+static int tier_rows(const struct met_src *d, struct tier_row *rows)
 {
     int n = 0;
     rows[n++] = (struct tier_row){"tier=\"dram\"", &d->dram->tier,
-                                  d->cfg.high_watermark, d->cfg.low_watermark};
+                                  d->cfg->high_watermark, d->cfg->low_watermark};
     if (d->kvc && d->kvc->hbm)
         rows[n++] = (struct tier_row){"tier=\"hbm\"", &d->kvc->hbm->tier, -1, -1};
     if (d->nvme)
         rows[n++] = (struct tier_row){"tier=\"nvme\"", d->nvme,
-                                      d->cfg.nvme_high_watermark,
-                                      d->cfg.nvme_low_watermark};
+                                      d->cfg->nvme_high_watermark,
+                                      d->cfg->nvme_low_watermark};
     return n;
 }
 
-static void tier_gauges(struct sbuf *b, struct kvtierd *d)
+static void tier_gauges(struct sbuf *b, const struct met_src *d)
 {
     struct tier_row rows[4];
     struct tier_usage u[4];
@@ -251,7 +254,7 @@ static void tier_gauges(struct sbuf *b, struct kvtierd *d)
 /* GPU data path (kvcache.c): chunks saved from and loaded into engine
  * KV tensors, LOADs served from HBM, and HBM copies dropped for room
  * (DRAM keeps the chunk: a demotion from an inclusive cache). */
-static void render_gpu(struct sbuf *b, struct kvtierd *d)
+static void render_gpu(struct sbuf *b, const struct met_src *d)
 {
     const struct kvc_counters z = {0}, *st = d->kvc ? &d->kvc->st : &z;
     family(b, "kvtier_demotions_total", "counter",
@@ -273,7 +276,7 @@ static void render_gpu(struct sbuf *b, struct kvtierd *d)
 }
 
 /* The NVMe tier's data path (nvstore.h) and DRAM adoption (adopt.c). */
-static void render_nvme(struct sbuf *b, struct kvtierd *d)
+static void render_nvme(struct sbuf *b, const struct met_src *d)
 {
     static const struct nvs_stats zero;
     const struct nvs_stats *st = d->nvme ? nvs_stats(d->nvx) : &zero;
@@ -306,38 +309,58 @@ static void render_nvme(struct sbuf *b, struct kvtierd *d)
         "DRAM chunks adopted at start from the previous run's pool.", "", d->adopted);
 }
 
-static void render_tiers(struct sbuf *b, struct kvtierd *d)
+/* The DRAM pools: "default", and each tenant's own by its name. */
+static void render_pools(struct sbuf *b, const struct met_src *d)
+{
+    char l[96];
+    const char *name;
+    family(b, "kvtier_pool_capacity_bytes", "gauge", "Size of each DRAM pool.");
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        name = d->pool_names ? d->pool_names[p] : NULL;
+        snprintf(l, sizeof l, "pool=\"%s\"", name ? name : "?");
+        sample(b, "kvtier_pool_capacity_bytes", l, d->dram->seg[p].bytes);
+    }
+    family(b, "kvtier_pool_used_bytes", "gauge", "Bytes allocated in each DRAM pool.");
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        name = d->pool_names ? d->pool_names[p] : NULL;
+        snprintf(l, sizeof l, "pool=\"%s\"", name ? name : "?");
+        sample(b, "kvtier_pool_used_bytes", l, dram_pool_used(d->dram, p));
+    }
+}
+
+static void render_tiers(struct sbuf *b, const struct met_src *d)
 {
     const char *t = "tier=\"dram\"";
     tier_gauges(b, d);
+    render_pools(b, d);
     family(b, "kvtier_tier_chunks", "gauge", "Committed chunks with a copy in each tier.");
-    sample(b, "kvtier_tier_chunks", t, d->idx.n_in[0]);
-    if (d->nvme) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx.n_in[1]);
+    sample(b, "kvtier_tier_chunks", t, d->idx->n_in[0]);
+    if (d->nvme) sample(b, "kvtier_tier_chunks", "tier=\"nvme\"", d->idx->n_in[1]);
     one(b, "kvtier_tier_bytes_in_total", "counter",
-        "Bytes of chunks committed into each tier.", t, d->st.bytes_in);
+        "Bytes of chunks committed into each tier.", t, d->st->bytes_in);
     one(b, "kvtier_tier_bytes_out_total", "counter",
         "Bytes of chunks served from each tier (leased or copied).", t,
-        d->st.bytes_out);
+        d->st->bytes_out);
     family(b, "kvtier_evictions_total", "counter",
            "Chunks dropped from each tier to make room.");
-    sample(b, "kvtier_evictions_total", t, d->st.evictions);
+    sample(b, "kvtier_evictions_total", t, d->st->evictions);
     if (d->nvme) sample(b, "kvtier_evictions_total", "tier=\"nvme\"", nvs_stats(d->nvx)->evictions);
     render_gpu(b, d);
     render_nvme(b, d);
     one(b, "kvtier_puts_total", "counter", "Chunks committed (new chunks only).",
-        "", d->st.puts);
+        "", d->st->puts);
 }
 
-static void ns_series(struct sbuf *b, struct kvtierd *d, const char *name,
+static void ns_series(struct sbuf *b, const struct met_src *d, const char *name,
                       const uint64_t *(*pick)(const struct ns_info *), int tier)
 {
     char rest[64];
-    for (uint32_t i = 0; i < d->ns.n; i++) {
-        const uint64_t *v = pick(&d->ns.v[i]);
+    for (uint32_t i = 0; i < d->ns->n; i++) {
+        const uint64_t *v = pick(&d->ns->v[i]);
         for (int op = 0; op < HIT_OPS; op++) {
             snprintf(rest, sizeof rest, "op=\"%s\"%s", op_names[op],
                      tier ? ",tier=\"dram\"" : "");
-            sample_ns(b, d, name, d->ns.v[i].name, rest, v[op]);
+            sample_ns(b, d, name, d->ns->v[i].name, rest, v[op]);
         }
     }
 }
@@ -346,7 +369,7 @@ static const uint64_t *pick_hit_chunks(const struct ns_info *n) { return n->hit_
 static const uint64_t *pick_miss_chunks(const struct ns_info *n) { return n->miss_chunks; }
 static const uint64_t *pick_hit_bytes(const struct ns_info *n) { return n->hit_bytes; }
 
-static void render_hits(struct sbuf *b, struct kvtierd *d)
+static void render_hits(struct sbuf *b, const struct met_src *d)
 {
     char l[48];
     family(b, "kvtier_hit_chunks_total", "counter",
@@ -362,34 +385,34 @@ static void render_hits(struct sbuf *b, struct kvtierd *d)
     ns_series(b, d, "kvtier_miss_chunks_total", pick_miss_chunks, 0);
     for (int op = 0; op < HIT_OPS; op++) {
         snprintf(l, sizeof l, "op=\"%s\"", op_names[op]);
-        sample(b, "kvtier_miss_chunks_total", l, d->met.unknown_ns_misses[op]);
+        sample(b, "kvtier_miss_chunks_total", l, d->met->unknown_ns_misses[op]);
     }
 }
 
-static void render_namespaces(struct sbuf *b, struct kvtierd *d)
+static void render_namespaces(struct sbuf *b, const struct met_src *d)
 {
     family(b, "kvtier_namespace_chunks", "gauge", "Committed chunks per namespace.");
-    for (uint32_t i = 0; i < d->ns.n; i++)
-        sample_ns(b, d, "kvtier_namespace_chunks", d->ns.v[i].name, "",
-                  d->ns.v[i].chunks);
+    for (uint32_t i = 0; i < d->ns->n; i++)
+        sample_ns(b, d, "kvtier_namespace_chunks", d->ns->v[i].name, "",
+                  d->ns->v[i].chunks);
     family(b, "kvtier_namespace_bytes", "gauge", "Committed bytes per namespace.");
-    for (uint32_t i = 0; i < d->ns.n; i++)
-        sample_ns(b, d, "kvtier_namespace_bytes", d->ns.v[i].name, "",
-                  d->ns.v[i].bytes);
+    for (uint32_t i = 0; i < d->ns->n; i++)
+        sample_ns(b, d, "kvtier_namespace_bytes", d->ns->v[i].name, "",
+                  d->ns->v[i].bytes);
 }
 
-static void render_leases(struct sbuf *b, struct kvtierd *d)
+static void render_leases(struct sbuf *b, const struct met_src *d)
 {
     uint64_t rd, wr;
-    lease_counts(&d->leases, &rd, &wr);
+    lease_counts(d->leases, &rd, &wr);
     family(b, "kvtier_leases", "gauge", "Leases held by clients now, by kind.");
     sample(b, "kvtier_leases", "kind=\"read\"", rd);
     sample(b, "kvtier_leases", "kind=\"write\"", wr);
     one(b, "kvtier_leases_expired_total", "counter",
-        "Leases dropped because their deadline passed.", "", d->st.expired_leases);
+        "Leases dropped because their deadline passed.", "", d->st->expired_leases);
     one(b, "kvtier_leases_cancelled_total", "counter",
         "Leases dropped when a shutdown drain ran out of time.", "",
-        d->met.leases_cancelled);
+        d->met->leases_cancelled);
     char *cm = cluster_metrics(d->clx); /* members, suspicions, traffic */
     sb_printf(b, "%s", cm);
     free(cm);
@@ -404,7 +427,7 @@ static void render_leases(struct sbuf *b, struct kvtierd *d)
 }
 
 /* The global index (tiers/peer/gidx.c); zeros without a cluster. */
-static void render_index(struct sbuf *b, struct kvtierd *d)
+static void render_index(struct sbuf *b, const struct met_src *d)
 {
     struct cluster_index_stats ix;
     cluster_index_stats(d->clx, &ix);
@@ -416,14 +439,14 @@ static void render_index(struct sbuf *b, struct kvtierd *d)
     sample(b, "kvtier_owner_queries_timed_out_total", "", ix.query_timeouts);
 }
 
-static void render_errors(struct sbuf *b, struct kvtierd *d)
+static void render_errors(struct sbuf *b, const struct met_src *d)
 {
     char l[48];
     family(b, "kvtier_errors_total", "counter",
            "Error responses by kvt_err code.");
     for (int e = 1; e < KVT_ERR_COUNT; e++) {
         snprintf(l, sizeof l, "err=\"%s\"", err_names[e]);
-        sample(b, "kvtier_errors_total", l, d->met.errors[e]);
+        sample(b, "kvtier_errors_total", l, d->met->errors[e]);
     }
 }
 
@@ -446,23 +469,23 @@ static void render_hist(struct sbuf *b, const char *kind, const struct met_hist 
 
 /* One histogram per request kind the protocol defines, named by its field
  * in the Request oneof, so a kind added to the proto appears by itself. */
-static void render_latency(struct sbuf *b, struct kvtierd *d)
+static void render_latency(struct sbuf *b, const struct met_src *d)
 {
     const ProtobufCMessageDescriptor *md = &kvtier__request__descriptor;
     family(b, "kvtier_request_duration_seconds", "histogram",
            "Core-thread time per request (decode, handle, encode), by kind.");
-    render_hist(b, "malformed", &d->met.req[0]);
+    render_hist(b, "malformed", &d->met->req[0]);
     for (unsigned i = 0; i < md->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &md->fields[i];
         if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)) continue;
         if (f->id >= MET_KINDS - 1) continue; /* counted in "other" */
-        render_hist(b, f->name, &d->met.req[f->id]);
+        render_hist(b, f->name, &d->met->req[f->id]);
     }
-    render_hist(b, "other", &d->met.req[MET_KINDS - 1]);
+    render_hist(b, "other", &d->met->req[MET_KINDS - 1]);
 }
 
 /* KV events (events.c); zeros while events are off. */
-static void render_events(struct sbuf *b, struct kvtierd *d)
+static void render_events(struct sbuf *b, const struct met_src *d)
 {
     struct ev_stats s;
     ev_get_stats(d->ev, &s);
@@ -479,7 +502,7 @@ static void render_events(struct sbuf *b, struct kvtierd *d)
         "Replay requests answered on events.replay_endpoint.", "", s.replays);
 }
 
-char *metrics_render(struct kvtierd *d, size_t *len)
+char *metrics_render(const struct met_src *d, size_t *len)
 {
     struct sbuf b = {0};
     render_process(&b, d);

@@ -1,8 +1,8 @@
 /*
  * metrics.h -- what kvtierd counts for operators, and its Prometheus text.
  *
- * Design: every counter lives in core-thread state (struct kvtierd and the
- * struct met_core inside it) and is bumped by the core thread alone, with
+ * Design: every counter lives in core-thread state (struct counters, struct
+ * met_core and the modules' own) and is bumped by the core thread alone, with
  * no lock and no atomic (DESIGN §6). Counting is a few adds per request and
  * never logs or allocates. metrics_render() turns that state into the
  * Prometheus text exposition format (version 0.0.4); it runs on the core
@@ -16,6 +16,11 @@
  * which only the engine knows (the daemon never sees a token), so it is not
  * exposed. A miss has no size (the bytes were never here), so misses are
  * counted per chunk only.
+ *
+ * Context: metrics report on nearly every part of the daemon, so
+ * metrics_render takes a struct met_src of those parts -- the counters,
+ * the index, namespaces, leases, the tiers, the GPU data path, events --
+ * gathered by main.c at each scrape; never the daemon itself.
  */
 #ifndef KVT_METRICS_H
 #define KVT_METRICS_H
@@ -50,7 +55,47 @@ struct met_core {
     uint64_t leases_cancelled;        /* dropped by shutdown's deadline */
 };
 
-struct kvtierd;
+/* The daemon's request counters (the core thread's). */
+struct counters {
+    uint64_t hits, misses, puts, evictions, bytes_in, bytes_out;
+    uint64_t errors, expired_leases, requests;
+};
+
+struct cl_ctx;
+struct dram;
+struct ev;
+struct idx;
+struct kvc;
+struct kvt_config;
+struct lease_table;
+struct local_srv;
+struct ns_table;
+struct nvs_ctx;
+struct tier;
+
+/* What a scrape reads: pointers valid for the call, NULL where a part is
+ * off (nvme, kvc, ev, local). */
+struct met_src {
+    const struct kvt_config *cfg;
+    const struct met_core *met;
+    const struct counters *st;
+    const struct ns_table *ns;
+    const struct idx *idx;
+    const struct lease_table *leases;
+    struct dram *dram;
+    const char *const *pool_names; /* [dram->n_seg]: "default", then the
+                                      tenants' own pools (NULL: unnamed) */
+    const struct kvc *kvc;      /* the GPU data path and its HBM tier */
+    struct tier *nvme;          /* the NVMe tier (usage), with ... */
+    struct nvs_ctx *nvx;        /* ... its context (stats) */
+    struct cl_ctx *clx;         /* the peer tier (zeros without a cluster) */
+    struct ev *ev;
+    struct local_srv *local;
+    uint64_t uptime_ms;
+    uint64_t adopted;           /* DRAM chunks adopted at start */
+    uint32_t n_pipes;           /* client connections */
+    int draining;
+};
 
 /* Record one served request: its kind, its kvt_err, and the core thread's
  * time on it (decode, handle, encode). */
@@ -59,13 +104,13 @@ void metrics_request(struct met_core *m, int kind, int err,
 
 /* Record the outcome of a lookup or get in namespace ns (NS_NONE: a
  * namespace the daemon has never stored into). */
-void metrics_hits(struct kvtierd *d, uint16_t ns, enum hit_op op,
+void metrics_hits(struct ns_table *t, struct met_core *m, uint16_t ns, enum hit_op op,
                   uint64_t hit_chunks, uint64_t miss_chunks,
                   uint64_t hit_bytes);
 
 /* Render every series; returns a malloc'd buffer of *len bytes (not NUL
  * terminated) that the caller frees. Core thread only. */
-char *metrics_render(struct kvtierd *d, size_t *len);
+char *metrics_render(const struct met_src *d, size_t *len);
 
 /* Monotonic nanoseconds, for request timing. */
 uint64_t metrics_now_ns(void);

@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "kvtierd.h"
 #include "log.h"
+#include "metrics.h"
 
 #define QUEUE_MAX 64
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -94,7 +94,7 @@ static int take_all(struct metrics_http *m, nng_aio **out, int closing)
     return n;
 }
 
-void metrics_http_poll(struct metrics_http *m, struct kvtierd *d)
+void metrics_http_poll(struct metrics_http *m, const struct met_src *src)
 {
     nng_aio *aios[QUEUE_MAX];
     uint64_t cnt;
@@ -103,7 +103,7 @@ void metrics_http_poll(struct metrics_http *m, struct kvtierd *d)
     int n = take_all(m, aios, 0);
     if (n == 0) return;
     size_t len;
-    char *text = metrics_render(d, &len);
+    char *text = metrics_render(src, &len);
     for (int i = 0; i < n; i++) finish(aios[i], 200, text, len);
     free(text);
 }

@@ -93,17 +93,31 @@ static long name_index(const char *names, const char *name)
     return -1;
 }
 
+/* LISTEN_* is read once, for this process only, and then cleared so no
+ * child takes it for its own; later names are looked up in the copy. */
+static struct {
+    int read;
+    long n;
+    char names[4096];
+} listen_env;
+
 int notify_listen_fd(const char *name)
 {
-    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS"),
-               *names = getenv("LISTEN_FDNAMES");
-    long i = -1, n = fds ? strtol(fds, NULL, 10) : 0;
-    if (pid && strtol(pid, NULL, 10) == (long)getpid() && names)
-        i = name_index(names, name);
-    unsetenv("LISTEN_PID");
-    unsetenv("LISTEN_FDS");
-    unsetenv("LISTEN_FDNAMES");
-    if (i < 0 || i >= n) return -1;
+    if (!listen_env.read) {
+        const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS"),
+                   *names = getenv("LISTEN_FDNAMES");
+        listen_env.read = 1;
+        if (pid && strtol(pid, NULL, 10) == (long)getpid() && names && fds &&
+            strlen(names) < sizeof listen_env.names) {
+            listen_env.n = strtol(fds, NULL, 10);
+            memcpy(listen_env.names, names, strlen(names) + 1);
+        }
+        unsetenv("LISTEN_PID");
+        unsetenv("LISTEN_FDS");
+        unsetenv("LISTEN_FDNAMES");
+    }
+    long i = listen_env.names[0] ? name_index(listen_env.names, name) : -1;
+    if (i < 0 || i >= listen_env.n) return -1;
     int fd = 3 + (int)i;
     if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1; /* not open */
     return fd;

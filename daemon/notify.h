@@ -27,9 +27,9 @@ int notify_send(const char *state, char *err, size_t errlen);
 int notify_send_fd(const char *state, int fd, char *err, size_t errlen);
 
 /* The fd systemd passed under name (LISTEN_FDNAMES), when LISTEN_PID is
- * ours; -1 when none. The caller owns it. Called once at start: the
- * LISTEN_* variables are removed then, so nothing we start inherits
- * them. */
+ * ours; -1 when none. The caller owns it. At start, once per name (each
+ * pool): the LISTEN_* variables are read and removed at the first call,
+ * so nothing we start inherits them. */
 int notify_listen_fd(const char *name);
 
 /* The watchdog interval systemd asks for ($WATCHDOG_USEC, honoured only

@@ -24,7 +24,6 @@
 
 #include "index.h"
 #include "journal.h"
-#include "kvtierd.h"
 
 uint16_t ns_find(const struct ns_table *t, const char *name)
 {
@@ -64,15 +63,13 @@ int ns_held(const struct ns_table *t, uint16_t id)
     return t->v[id].holds > 0 || idx_ns_slots(t->idx, id) > 0;
 }
 
-void ns_hold(struct kvtierd *d, uint16_t id)
+void ns_hold(struct ns_table *t, uint16_t id)
 {
-    struct ns_table *t = &d->ns;
     if (id != NS_NONE && id < t->n) t->v[id].holds++;
 }
 
-void ns_unhold(struct kvtierd *d, uint16_t id)
+void ns_unhold(struct ns_table *t, uint16_t id)
 {
-    struct ns_table *t = &d->ns;
     if (id == NS_NONE || id >= t->n) return;
     if (t->v[id].holds == 0) abort(); /* broken invariant */
     t->v[id].holds--;
@@ -125,9 +122,8 @@ static void rename_id(struct ns_table *t, uint16_t id, const char *name)
     if (t->journal) journal_forget_ns(t->journal, id);
 }
 
-uint16_t ns_claim(struct kvtierd *d, const char *name, uint32_t pipe)
+uint16_t ns_claim(struct ns_table *t, const char *name, uint32_t pipe)
 {
-    struct ns_table *t = &d->ns;
     uint16_t id = ns_find(t, name);
     if (id == NS_NONE && t->n >= NS_LIMIT) {
         id = unheld(t);

@@ -33,7 +33,6 @@ struct ns_info {
 
 struct idx;
 struct journal;
-struct kvtierd;
 
 /* The table and the two handles it reads: the index, whose slots hold
  * ids (idx_ns_slots), and the DRAM journal, told when an id is renamed
@@ -61,14 +60,11 @@ int ns_held(const struct ns_table *t, uint16_t id);
 /* Held namespaces that connection pipe created. */
 uint32_t ns_owned(const struct ns_table *t, uint32_t pipe);
 
-/* The core and the tiers' host (tierhost.c) call these three with the
- * daemon; only its table (d->ns) is used. */
-
 /* The id of name, created (or an unheld id renamed) for pipe; NS_NONE when
  * ns_admit would refuse the table. The caller must hold it before it
  * returns to the loop (an index slot or ns_hold). No quota check. */
-uint16_t ns_claim(struct kvtierd *d, const char *name, uint32_t pipe);
-void ns_hold(struct kvtierd *d, uint16_t id);
-void ns_unhold(struct kvtierd *d, uint16_t id);
+uint16_t ns_claim(struct ns_table *t, const char *name, uint32_t pipe);
+void ns_hold(struct ns_table *t, uint16_t id);
+void ns_unhold(struct ns_table *t, uint16_t id);
 
 #endif

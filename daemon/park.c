@@ -24,15 +24,13 @@
  * earliest one (park_wait_ms) and then runs ops->due (park_run_due).
  * The table is a plain list: parks are few (bounded by the contexts and
  * by the connections, one each), and each is touched O(1) times per
- * event. The table holds what it answers through (struct park_env);
- * only the three calls the parking modules make take the daemon, for its
- * d->park. Core thread only.
+ * event. The table holds what it answers through (struct park_env), and
+ * every call takes the table, never the daemon. Core thread only.
  */
 #include "park.h"
 
 #include <stdlib.h>
 
-#include "kvtierd.h"
 #include "local.h"
 #include "server.h"
 #include "wire.h"
@@ -102,10 +100,9 @@ static void *defer_transport(struct park_table *t, uint32_t pipe)
     return server_defer(t->env.srv);
 }
 
-struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+struct park *park_defer(struct park_table *t, uint32_t pipe, uint64_t req_id,
                         const struct park_ops *ops, void *ctx, void *owner)
 {
-    struct park_table *t = d->park;
     if (!t) return NULL;
     void *later = defer_transport(t, pipe);
     if (!later) return NULL;
@@ -119,9 +116,8 @@ struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
     return p;
 }
 
-void park_set_deadline(struct kvtierd *d, struct park *p, uint64_t deadline)
+void park_set_deadline(struct park *p, uint64_t deadline)
 {
-    (void)d;
     p->deadline = deadline;
 }
 
@@ -135,9 +131,8 @@ uint64_t park_req_id(const struct park *p)
     return p->req_id;
 }
 
-void park_answer(struct kvtierd *d, struct park *p, const Kvtier__Response *rsp)
+void park_answer(struct park_table *t, struct park *p, const Kvtier__Response *rsp)
 {
-    struct park_table *t = d->park;
     unlink_park(t, p);
     if (is_local(p->pipe)) {
         local_reply_later(t->env.local, p->later, rsp);

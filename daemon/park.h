@@ -19,7 +19,6 @@
 #include "kvtier.pb-c.h"
 #include "tier_host.h" /* struct park_ops: tiers park through their host */
 
-struct kvtierd;
 struct local_srv;
 struct park;
 struct park_table;
@@ -41,19 +40,19 @@ int park_open(const struct park_env *env, struct park_table **out);
  * Before the transports close. Accepts NULL. */
 void park_close(struct park_table *t);
 
-/* The modules that park (the NVMe and peer tiers, KvWait) call these
- * three with the daemon; only its table (d->park) is used. */
+/* The modules that park (the NVMe and peer tiers through their host,
+ * KvWait) call these three. */
 
 /* Inside the handler of pipe's request: park it. NULL when it cannot be
  * parked now (no table, not inside a handler, or the nng contexts that
  * parked requests may hold -- half of them, for every module together --
  * are all held): answer it now. */
-struct park *park_defer(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
+struct park *park_defer(struct park_table *t, uint32_t pipe, uint64_t req_id,
                         const struct park_ops *ops, void *ctx, void *owner);
 /* ms on kvtierd_clock; 0: none. */
-void park_set_deadline(struct kvtierd *d, struct park *p, uint64_t deadline);
+void park_set_deadline(struct park *p, uint64_t deadline);
 /* Send rsp (the caller's; NULL sends nothing) and free p. */
-void park_answer(struct kvtierd *d, struct park *p, const Kvtier__Response *rsp);
+void park_answer(struct park_table *t, struct park *p, const Kvtier__Response *rsp);
 
 uint32_t park_pipe(const struct park *p);
 uint64_t park_req_id(const struct park *p);

@@ -12,6 +12,13 @@
  * file. dram.pool = auto picks memfd where that round trip is there
  * ($FDSTORE, which systemd sets when FileDescriptorStoreMax= > 0) and the
  * fast channel can carry fds, file elsewhere.
+ *
+ * A tenant with pool= gets a pool of its own of the same kind, mapped
+ * after the default one (dram_add_pool): a file <pool_path>.<name> of
+ * mode 0600 that only the daemon opens (its clients are handed its fd,
+ * never its path), or a memfd kept in the fd store as
+ * kvtier-pool-<name>. Its namespaces (its prefixes, which meet no other
+ * tenant's) are stored only there (pool_of_ns).
  */
 #include "pool.h"
 
@@ -35,44 +42,45 @@ static int want_memfd(const struct kvt_config *c)
 }
 
 /* Take a kept fd out of systemd's store, and close it. */
-static void drop_kept(int fd)
+static void drop_kept(int fd, const char *name)
 {
-    char err[256];
+    char err[256], state[128];
     close(fd);
-    if (notify_send("FDSTOREREMOVE=1\nFDNAME=" DRAM_MEMFD_NAME, err, sizeof err) < 0)
-        log_warn("dram", "%s", err);
+    snprintf(state, sizeof state, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+    if (notify_send(state, err, sizeof err) < 0) log_warn("dram", "%s", err);
 }
 
-/* The kept pool fd systemd handed back, if this run adopts a memfd and
- * the fd is fit; anything else handed back under the name is logged,
- * dropped from the store (a stale pool would hold its memory there for
- * as long as the unit lives) and closed. */
-static int kept_fd(const struct kvtierd *d, int memfd)
+/* The kept pool fd named name systemd handed back, if this run adopts a
+ * memfd and the fd is fit (bytes); anything else handed back under the
+ * name is logged, dropped from the store (a stale pool would hold its
+ * memory there for as long as the unit lives) and closed. */
+static int kept_fd(const struct kvtierd *d, int memfd, const char *name,
+                   uint64_t bytes)
 {
     char err[256];
-    int fd = notify_listen_fd(DRAM_MEMFD_NAME);
+    int fd = notify_listen_fd(name);
     if (fd < 0) return -1;
     if (!memfd || !d->cfg.dram_adopt) {
-        log_info("dram", "dropping the pool fd kept in systemd's fd store: "
-                 "this run %s", memfd ? "does not adopt (dram.adopt = 0)"
-                                      : "uses a pool file (dram.pool)");
-        drop_kept(fd);
+        log_info("dram", "dropping the pool fd %s kept in systemd's fd store: "
+                 "this run %s", name, memfd ? "does not adopt (dram.adopt = 0)"
+                                            : "uses a pool file (dram.pool)");
+        drop_kept(fd, name);
         return -1;
     }
-    if (dram_memfd_check(fd, d->cfg.pool_bytes, err, sizeof err) == KVT_OK) return fd;
+    if (dram_memfd_check(fd, bytes, err, sizeof err) == KVT_OK) return fd;
     log_warn("dram", "refusing the pool fd handed back by the fd store (%s): "
-             "%s; starting with a fresh pool", DRAM_MEMFD_NAME, err);
-    drop_kept(fd);
+             "%s; starting with a fresh pool", name, err);
+    drop_kept(fd, name);
     return -1;
 }
 
 /* A fresh memfd pool goes into the fd store, so the next start adopts it. */
-static void store_fd(const struct kvtierd *d)
+static void store_fd(const struct kvtierd *d, const char *name, int fd)
 {
-    char err[256];
+    char err[256], state[128];
     if (!d->cfg.dram_adopt) return; /* nothing to keep it for */
-    int rv = notify_send_fd("FDSTORE=1\nFDNAME=" DRAM_MEMFD_NAME, d->dram->fd, err,
-                            sizeof err);
+    snprintf(state, sizeof state, "FDSTORE=1\nFDNAME=%s", name);
+    int rv = notify_send_fd(state, fd, err, sizeof err);
     if (rv < 0) log_warn("dram", "%s: the pool will not outlive this run", err);
     else if (rv == 0)
         log_info("dram", "dram.pool = memfd without systemd's fd store "
@@ -92,9 +100,10 @@ int pool_open(struct kvtierd *d)
     int memfd = want_memfd(&d->cfg);
     struct dram_opts o = {d->cfg.pool_path, d->cfg.pool_bytes,
                           (unsigned)d->cfg.pool_mode, d->cfg.pool_group, memfd,
-                          kept_fd(d, memfd)};
+                          kept_fd(d, memfd, DRAM_MEMFD_NAME, d->cfg.pool_bytes)};
     int kept = o.adopt_fd >= 0;
-    if (dram_open_adopt(&o, (int)d->cfg.dram_adopt, &d->dram, err, sizeof err) != KVT_OK) {
+    if (dram_open_pools(&o, (int)d->cfg.dram_adopt, pool_reserve(&d->cfg), &d->dram, err,
+                        sizeof err) != KVT_OK) {
         log_error("dram", "%s", err);
         return -1;
     }
@@ -107,6 +116,65 @@ int pool_open(struct kvtierd *d)
         log_info("dram", "pool: the memfd kept in systemd's fd store (%llu MiB)",
                  (unsigned long long)(d->dram->bytes >> 20));
     else if (memfd)
-        store_fd(d);
+        store_fd(d, DRAM_MEMFD_NAME, d->dram->fd);
+    return 0;
+}
+
+uint64_t pool_reserve(const struct kvt_config *c)
+{
+    uint64_t n = c->pool_bytes / DRAM_UNIT * DRAM_UNIT;
+    for (uint32_t i = 0; i < c->tenants.n; i++)
+        n += c->tenants.v[i].pool_bytes / DRAM_UNIT * DRAM_UNIT;
+    return n;
+}
+
+/* Tenant i's own pool, as the default one is opened. */
+static int open_tenant(struct kvtierd *d, uint32_t i, int memfd)
+{
+    const struct kvt_tenant *tn = &d->cfg.tenants.v[i];
+    char err[512] = "", path[CFG_STR_MAX + 80], name[96];
+    snprintf(path, sizeof path, "%s.%s", d->cfg.pool_path, tn->name);
+    snprintf(name, sizeof name, "%s-%s", DRAM_MEMFD_NAME, tn->name);
+    struct dram_opts o = {path, tn->pool_bytes, 0600, NULL, memfd,
+                          kept_fd(d, memfd, name, tn->pool_bytes)};
+    int kept = o.adopt_fd >= 0;
+    if (dram_add_pool(d->dram, &o, name, (int)d->cfg.dram_adopt, &d->tenant_pool[i],
+                      err, sizeof err) != KVT_OK) {
+        log_error("dram", "tenant %s's pool: %s", tn->name, err);
+        return -1;
+    }
+    const struct dram_seg *s = &d->dram->seg[d->tenant_pool[i]];
+    log_info("dram", "tenant %s: a pool of its own, %s (%llu MiB)%s", tn->name, s->path,
+             (unsigned long long)(s->bytes >> 20), s->adopted ? ", kept" : "");
+    if (memfd && !kept) store_fd(d, name, s->fd);
+    return 0;
+}
+
+int pool_open_tenants(struct kvtierd *d)
+{
+    int memfd = d->dram->memfd;
+    for (uint32_t i = 0; i < d->cfg.tenants.n; i++) {
+        d->tenant_pool[i] = 0;
+        if (d->cfg.tenants.v[i].pool_bytes && open_tenant(d, i, memfd) != 0) return -1;
+    }
+    if (d->dram->n_seg > 1 && !d->cfg.local_fast)
+        log_warn("dram", "tenants' own pools are handed out only on the fast channel "
+                 "(daemon.local_fast = 0): their clients copy");
+    return 0;
+}
+
+static int has_prefix(const struct kvt_tenant *t, const char *ns)
+{
+    for (uint32_t i = 0; i < t->n_prefixes; i++)
+        if (!strncmp(ns, t->prefixes[i], strlen(t->prefixes[i]))) return 1;
+    return 0;
+}
+
+uint32_t pool_of_ns(const struct kvtierd *d, const char *ns)
+{
+    if (d->dram->n_seg < 2) return 0;
+    for (uint32_t i = 0; i < d->cfg.tenants.n; i++)
+        if (d->tenant_pool[i] && has_prefix(&d->cfg.tenants.v[i], ns))
+            return d->tenant_pool[i];
     return 0;
 }

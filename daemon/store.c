@@ -25,6 +25,13 @@
  * read op. A tier that parks the request answers it later through its
  * host (tier_host.h: park, get_answer); the handlers only build the reply
  * of what is here.
+ *
+ * Pools (dram.h): a tenant with a pool of its own has its namespaces'
+ * chunks reserved only there (pool_of_ns), and each pool is bounded by
+ * its own size: a reservation evicts victims of its own pool, and the
+ * watermarks hold per pool. The LRU list is one for every pool, so a
+ * pool's victim is found by walking it from the cold end past other
+ * pools' chunks, at most VICTIM_SCAN of them (one pool alone: the first).
  */
 #include <string.h>
 
@@ -32,11 +39,13 @@
 #include "events.h"
 #include "kvtierd.h"
 #include "log.h"
+#include "pool.h"
 #include "store.h"
 #include "tier.h"
 
 #define EVICT_SLICE 256
 #define CLEAN_SCAN 32 /* victims a reservation looks past for a clean one */
+#define VICTIM_SCAN 65536 /* other pools' chunks looked past for a victim */
 
 static struct tier *dram_tier(const struct kvtierd *d)
 {
@@ -61,28 +70,42 @@ void *store_ptr(const struct kvtierd *d, uint32_t slot)
 
 uint64_t store_used(const struct kvtierd *d)
 {
-    return d->dram->bytes - tlsf_free_units(d->dram->alloc) * DRAM_UNIT;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < d->dram->n_seg; i++) n += dram_pool_used(d->dram, i);
+    return n;
 }
+
+static uint64_t evict_in(struct kvtierd *d, uint32_t pool, uint64_t want_free,
+                         uint32_t max);
 
 /* Evict one victim at a time until the allocation fits. Free bytes alone
  * say nothing: a fragmented pool can have plenty free and no block large
  * enough, so the test is the allocation itself. */
-static kvt_err alloc_evicting(struct kvtierd *d, uint64_t size,
+static kvt_err alloc_evicting(struct kvtierd *d, uint32_t pool, uint64_t size,
                               struct tier_loc *loc)
 {
-    struct tier *t = dram_tier(d);
+    if (size > d->dram->seg[pool].bytes) return KVT_ENOSPC;
     for (;;) {
-        kvt_err e = t->ops->alloc(t, size, loc);
+        kvt_err e = dram_alloc_in(d->dram, pool, size, loc);
         if (e != KVT_ENOSPC) return e;
-        if (store_evict(d, UINT64_MAX, 1) == 0) return KVT_ENOSPC;
+        if (evict_in(d, pool, UINT64_MAX, 1) == 0) return KVT_ENOSPC;
     }
 }
 
-kvt_err store_alloc_dram(struct kvtierd *d, uint64_t size, uint32_t *blk)
+static uint32_t pool_of_id(const struct kvtierd *d, uint16_t ns)
+{
+    return d->dram->n_seg < 2 ? 0 : pool_of_ns(d, d->ns.v[ns].name);
+}
+
+uint32_t store_pool(const struct kvtierd *d, uint32_t slot)
+{
+    return dram_pool_of(d->dram, idx_at(&d->idx, slot)->blk);
+}
+
+kvt_err store_alloc_dram(struct kvtierd *d, uint16_t ns, uint64_t size, uint32_t *blk)
 {
     struct tier_loc loc;
-    if (size > d->dram->bytes) return KVT_ENOSPC;
-    kvt_err e = alloc_evicting(d, size, &loc);
+    kvt_err e = alloc_evicting(d, pool_of_id(d, ns), size, &loc);
     if (e == KVT_OK) *blk = loc.h;
     return e;
 }
@@ -91,8 +114,7 @@ kvt_err store_reserve(struct kvtierd *d, uint16_t ns, const kvt_key *key,
                       uint64_t size, uint32_t *slot)
 {
     struct tier_loc loc;
-    if (size > d->dram->bytes) return KVT_ENOSPC;
-    kvt_err e = alloc_evicting(d, size, &loc);
+    kvt_err e = alloc_evicting(d, pool_of_id(d, ns), size, &loc);
     if (e != KVT_OK) return e;
     uint32_t i = idx_insert(&d->idx, ns, key);
     if (i == IDX_NONE) {
@@ -117,8 +139,8 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
     ni->bytes += e->size;
     d->st.puts++;
     d->st.bytes_in += e->size;
-    adopt_added(d, slot);
-    ev_stored(d, slot, IDX_DRAM);
+    adopt_added(&d->adopt, slot);
+    ev_stored(d->ev, slot, IDX_DRAM);
     for (uint32_t i = 0; i < d->n_tiers; i++)
         if (d->tiers[i]->ops->committed) d->tiers[i]->ops->committed(d->tiers[i], slot);
 }
@@ -135,10 +157,10 @@ void store_free(struct kvtierd *d, uint32_t slot)
     struct idx_entry *e = idx_at(&d->idx, slot);
     if (e->state == IDX_READY) {
         struct ns_info *ni = &d->ns.v[e->ns];
-        ev_removed(d, slot, e->tier);
+        ev_removed(d->ev, slot, e->tier);
         ni->chunks--;
         ni->bytes -= e->size;
-        if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+        if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
         tiers_removed(d, slot);
     }
     if (e->blk != IDX_NONE) {
@@ -154,8 +176,8 @@ void store_drop_dram(struct kvtierd *d, uint32_t slot)
 {
     struct idx_entry *e = idx_at(&d->idx, slot);
     struct tier_loc loc = loc_of(e);
-    adopt_removed(d, slot);
-    ev_removed(d, slot, IDX_DRAM); /* no-op unless READY */
+    adopt_removed(&d->adopt, slot);
+    ev_removed(d->ev, slot, IDX_DRAM); /* no-op unless READY */
     dram_tier(d)->ops->free(dram_tier(d), &loc);
     e->blk = IDX_NONE;
     idx_set_tier(&d->idx, slot, (uint8_t)(e->tier & ~IDX_DRAM));
@@ -170,29 +192,42 @@ void store_delete(struct kvtierd *d, uint32_t slot)
         return;
     }
     struct ns_info *ni = &d->ns.v[e->ns];
-    ev_removed(d, slot, e->tier);
+    ev_removed(d->ev, slot, e->tier);
     ni->chunks--;
     ni->bytes -= e->size;
-    if (e->tier & IDX_DRAM) adopt_removed(d, slot);
+    if (e->tier & IDX_DRAM) adopt_removed(&d->adopt, slot);
     tiers_removed(d, slot);
     idx_doom(&d->idx, slot);
 }
 
-static uint64_t free_bytes(const struct kvtierd *d)
+static uint64_t free_in(const struct kvtierd *d, uint32_t pool)
 {
-    return d->dram->bytes - store_used(d);
+    return d->dram->seg[pool].bytes - dram_pool_used(d->dram, pool);
 }
 
-/* The victim a reservation takes: the coldest DRAM leaf, or with an NVMe
- * tier the coldest clean one among the CLEAN_SCAN coldest. */
-static uint32_t sync_victim(const struct kvtierd *d)
+/* The coldest evictable DRAM leaf of pool at or above i on the LRU list
+ * (IDX_NONE: none within VICTIM_SCAN). */
+static uint32_t victim_from(const struct kvtierd *d, uint32_t pool, uint32_t i)
 {
-    uint32_t v = idx_victim(&d->idx);
+    if (d->dram->n_seg < 2) return i;
+    for (uint32_t k = 0; i != IDX_NONE && k < VICTIM_SCAN; k++) {
+        const struct idx_entry *e = idx_at(&d->idx, i);
+        if (dram_pool_of(d->dram, e->blk) == pool) return i;
+        i = e->lru_prev;
+    }
+    return IDX_NONE;
+}
+
+/* The victim a reservation takes: the pool's coldest DRAM leaf, or with
+ * an NVMe tier the coldest clean one among its CLEAN_SCAN coldest. */
+static uint32_t sync_victim(const struct kvtierd *d, uint32_t pool)
+{
+    uint32_t v = victim_from(d, pool, idx_victim(&d->idx));
     if (!d->nvme) return v;
     for (uint32_t i = v, k = 0; i != IDX_NONE && k < CLEAN_SCAN; k++) {
         const struct idx_entry *e = idx_at(&d->idx, i);
         if (e->tier & IDX_NVME) return i;
-        i = e->lru_prev;
+        i = victim_from(d, pool, e->lru_prev);
     }
     return v;
 }
@@ -209,11 +244,12 @@ static void evict_now(struct kvtierd *d, uint32_t v)
     store_free(d, v);
 }
 
-uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
+static uint64_t evict_in(struct kvtierd *d, uint32_t pool, uint64_t want_free,
+                         uint32_t max)
 {
     uint64_t freed = 0;
-    for (uint32_t n = 0; n < max && free_bytes(d) < want_free; n++) {
-        uint32_t v = sync_victim(d);
+    for (uint32_t n = 0; n < max && free_in(d, pool) < want_free; n++) {
+        uint32_t v = sync_victim(d, pool);
         if (v == IDX_NONE) break;
         freed += idx_at(&d->idx, v)->size;
         evict_now(d, v);
@@ -221,14 +257,29 @@ uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
     return freed;
 }
 
-/* A watermark slice: clean copies go at once, dirty chunks are demoted
- * (without an NVMe tier: dropped). 0 when it cannot go on for now. */
-static int evict_slice(struct kvtierd *d, uint64_t want_free)
+uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max)
+{
+    uint64_t freed = 0;
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        uint64_t cap = d->dram->seg[p].bytes;
+        uint64_t want = want_free ? want_free
+                                  : cap - (uint64_t)((double)cap * d->cfg.low_watermark);
+        freed += evict_in(d, p, want < cap ? want : cap, max);
+    }
+    return freed;
+}
+
+/* A watermark slice of one pool: clean copies go at once, dirty chunks
+ * are demoted (without an NVMe tier: dropped). 0 when it cannot go on for
+ * now. The bytes on their way to NVMe are counted for every pool alike
+ * (the NVMe tier does not say whose they are): a pool may stop a slice
+ * early, and goes on at the next commit. */
+static int evict_slice(struct kvtierd *d, uint32_t pool, uint64_t want_free)
 {
     for (uint32_t n = 0; n < EVICT_SLICE; n++) {
         uint64_t coming = d->nvme ? d->nvme->ops->demoting(d->nvme) : 0;
-        if (free_bytes(d) + coming >= want_free) return 0;
-        uint32_t v = idx_victim(&d->idx);
+        if (free_in(d, pool) + coming >= want_free) return 0;
+        uint32_t v = victim_from(d, pool, idx_victim(&d->idx));
         if (v == IDX_NONE) return 0;
         if (!d->nvme || (idx_at(&d->idx, v)->tier & IDX_NVME)) evict_now(d, v);
         else if (d->nvme->ops->write(d->nvme, v, NULL, NULL) != KVT_OK) return 0;
@@ -237,16 +288,21 @@ static int evict_slice(struct kvtierd *d, uint64_t want_free)
 }
 
 /* Every commit path ends here before its reply: the journal is written
- * out first (adopt.c), so a reported commit survives a crash. */
+ * out first (adopt.c), so a reported commit survives a crash. Each pool
+ * is held to the watermarks of its own size. */
 void store_watermark(struct kvtierd *d)
 {
-    adopt_flush(d);
-    uint64_t cap = d->dram->bytes, used = store_used(d);
-    uint64_t high = (uint64_t)((double)cap * d->cfg.high_watermark);
-    uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);
-    if (d->evict_target == 0 && used > high) d->evict_target = cap - low;
-    if (d->evict_target == 0) return;
-    if (!evict_slice(d, d->evict_target)) d->evict_target = 0;
+    adopt_flush(&d->adopt);
+    d->evict_target = 0;
+    for (uint32_t p = 0; p < d->dram->n_seg; p++) {
+        uint64_t cap = d->dram->seg[p].bytes, used = dram_pool_used(d->dram, p);
+        uint64_t high = (uint64_t)((double)cap * d->cfg.high_watermark);
+        uint64_t low = (uint64_t)((double)cap * d->cfg.low_watermark);
+        if (d->pool_target[p] == 0 && used > high) d->pool_target[p] = cap - low;
+        if (d->pool_target[p] && !evict_slice(d, p, d->pool_target[p]))
+            d->pool_target[p] = 0;
+        d->evict_target += d->pool_target[p];
+    }
 }
 
 /* ------------------------------------------------------ the store walk */
@@ -283,7 +339,7 @@ int store_get_walk(struct kvtierd *d, uint32_t pipe, uint64_t req_id,
 static void lookup_count(struct kvtierd *d, uint16_t ns, size_t n_keys,
                          size_t present, uint64_t hit_bytes)
 {
-    metrics_hits(d, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
+    metrics_hits(&d->ns, &d->met, ns, HIT_LOOKUP, present, n_keys - present, hit_bytes);
     d->st.hits += present;
     d->st.misses += n_keys - present;
     if (ns != NS_NONE) {

@@ -23,17 +23,21 @@ void store_commit(struct kvtierd *d, uint32_t slot, uint64_t csum,
 void store_delete(struct kvtierd *d, uint32_t slot);
 /* Free a chunk's space and index slot now (must be unpinned). */
 void store_free(struct kvtierd *d, uint32_t slot);
-/* Evict up to max victims or until want_free bytes are free; returns bytes
- * freed. */
+/* Evict up to max victims per pool or until want_free bytes (at most the
+ * pool's size; 0: down to the low watermark) are free in each pool;
+ * returns bytes freed. */
 uint64_t store_evict(struct kvtierd *d, uint64_t want_free, uint32_t max);
 /* Evict in slices while usage is above the high watermark. */
 void store_watermark(struct kvtierd *d);
 uint64_t store_used(const struct kvtierd *d);
 void *store_ptr(const struct kvtierd *d, uint32_t slot);
 uint64_t store_off(const struct kvtierd *d, uint32_t slot);
-/* DRAM space for a chunk read back from NVMe (evicting as a reservation
- * does); the handle goes to idx_entry.blk. */
-kvt_err store_alloc_dram(struct kvtierd *d, uint64_t size, uint32_t *blk);
+/* DRAM space for a chunk of namespace ns read back from NVMe, in its
+ * pool (evicting as a reservation does); the handle goes to
+ * idx_entry.blk. */
+kvt_err store_alloc_dram(struct kvtierd *d, uint16_t ns, uint64_t size, uint32_t *blk);
+/* The DRAM pool a chunk's DRAM copy lies in (dram.h). */
+uint32_t store_pool(const struct kvtierd *d, uint32_t slot);
 /* Free only the DRAM copy of a chunk that has an NVMe copy. */
 void store_drop_dram(struct kvtierd *d, uint32_t slot);
 /* The request path (DESIGN §4): one walk over the tiers, in order. The

@@ -382,3 +382,16 @@ int tenant_may_map(struct tenants *t, uint32_t pipe, unsigned mode, gid_t group)
     if (enabled(t) && !c->operator_ && c->tenant < 0) return 0;
     return mode_lets(c, mode, group);
 }
+
+int tenant_of(struct tenants *t, uint32_t pipe)
+{
+    if (!enabled(t)) return -1;
+    return conn_of(t, pipe)->tenant;
+}
+
+int tenant_may_map_own(struct tenants *t, uint32_t pipe, int i)
+{
+    if (!enabled(t) || pipe < LOCAL_ID_BASE || i < 0) return 0;
+    const struct tconn *c = conn_of(t, pipe);
+    return c->has_cred && c->tenant == i;
+}

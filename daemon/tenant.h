@@ -55,6 +55,12 @@ kvt_err tenant_check(struct tenants *t, uint32_t pipe, const Kvtier__Request *q,
  * for the rest); with tenants it must also be an operator or belong to
  * a tenant. 0 for nng pipes and unknown credentials. */
 int tenant_may_map(struct tenants *t, uint32_t pipe, unsigned mode, gid_t group);
+/* The tenant (index in the configuration's tenants) pipe belongs to, or
+ * -1: none, or no tenants. */
+int tenant_of(struct tenants *t, uint32_t pipe);
+/* 1 if pipe, a fast-channel connection whose credentials are known,
+ * belongs to tenant i: it may be handed that tenant's own pool. */
+int tenant_may_map_own(struct tenants *t, uint32_t pipe, int i);
 /* 1 if pipe may see namespace ns (STATS lists only those). */
 int tenant_ns_visible(struct tenants *t, uint32_t pipe, const char *ns);
 

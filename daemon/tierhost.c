@@ -1,5 +1,6 @@
 /*
- * tierhost.c -- the services the core lends its tiers (tier_host.h).
+ * tierhost.c -- the services the core lends its tiers (tier_host.h) and
+ * the GPU data path (struct kvc_env, kvcache.h).
  *
  * Design: the NVMe and peer tiers are leaves (STYLE §16): they never see
  * struct kvtierd. Each call a tier makes into the core lands here and is
@@ -8,6 +9,13 @@
  * (adopt.c), parked requests (park.c), replies (handlers.c). The tiers'
  * configuration is copied into their contexts here too, at start and on
  * SIGHUP, so a reloaded value reaches them as it reaches the core.
+ *
+ * Each call hands the owning module its own part of the daemon (the
+ * namespace table, the park table, the events publisher), never the
+ * daemon; only placement (store.c) and the GET answer (handlers.c) are
+ * the core's wiring modules and take it whole. The GPU data path
+ * (kvcache.c) is built on the same host, plus the namespace table, the
+ * configuration and two questions about a connection.
  */
 #include "tierhost.h"
 
@@ -16,14 +24,21 @@
 
 #include "adopt.h"
 #include "events.h"
-#include "handlers.h" /* req_alloc, req_fail, handle_get_answer */
+#include "handlers.h" /* req_alloc, req_fail, handle_get_answer, pipe_alive */
+#include "kvcache.h"
 #include "kvtierd.h"
+#include "local.h"
 #include "metrics.h"
 #include "ns.h"
 #include "nvme/nvstore.h"
 #include "park.h"
 #include "peer/cluster.h"
 #include "store.h"
+
+static struct kvtierd *core_of(void *core)
+{
+    return core;
+}
 
 static uint64_t h_clock_ms(void *core)
 {
@@ -38,37 +53,37 @@ static uint64_t h_now_ns(void *core)
 
 static const char *h_ns_name(void *core, uint16_t ns)
 {
-    return ((struct kvtierd *)core)->ns.v[ns].name;
+    return core_of(core)->ns.v[ns].name;
 }
 
 static uint16_t h_ns_find(void *core, const char *name)
 {
-    return ns_find(&((struct kvtierd *)core)->ns, name);
+    return ns_find(&core_of(core)->ns, name);
 }
 
 static uint16_t h_ns_intern(void *core, const char *name)
 {
-    return ns_intern(&((struct kvtierd *)core)->ns, name);
+    return ns_intern(&core_of(core)->ns, name);
 }
 
 static uint16_t h_ns_claim(void *core, const char *name, uint32_t pipe)
 {
-    return ns_claim(core, name, pipe);
+    return ns_claim(&core_of(core)->ns, name, pipe);
 }
 
 static void h_ns_hold(void *core, uint16_t ns)
 {
-    ns_hold(core, ns);
+    ns_hold(&core_of(core)->ns, ns);
 }
 
 static void h_ns_unhold(void *core, uint16_t ns)
 {
-    ns_unhold(core, ns);
+    ns_unhold(&core_of(core)->ns, ns);
 }
 
 static void h_ns_loaded(void *core, uint16_t ns, uint64_t bytes)
 {
-    struct ns_info *ni = &((struct kvtierd *)core)->ns.v[ns];
+    struct ns_info *ni = &core_of(core)->ns.v[ns];
     ni->chunks++;
     ni->bytes += bytes;
 }
@@ -89,9 +104,9 @@ static void h_free_slot(void *core, uint32_t slot)
     store_free(core, slot);
 }
 
-static kvt_err h_alloc_dram(void *core, uint64_t size, uint32_t *blk)
+static kvt_err h_alloc_dram(void *core, uint16_t ns, uint64_t size, uint32_t *blk)
 {
-    return store_alloc_dram(core, size, blk);
+    return store_alloc_dram(core, ns, size, blk);
 }
 
 static void h_drop_dram(void *core, uint32_t slot)
@@ -106,33 +121,34 @@ static void h_watermark(void *core)
 
 static void h_dram_added(void *core, uint32_t slot)
 {
-    adopt_added(core, slot);
+    adopt_added(&core_of(core)->adopt, slot);
 }
 
 static void h_ev_stored(void *core, uint32_t slot, uint8_t tier)
 {
-    ev_stored(core, slot, tier);
+    ev_stored(core_of(core)->ev, slot, tier);
 }
 
 static void h_ev_removed(void *core, uint32_t slot, uint8_t tier)
 {
-    ev_removed(core, slot, tier);
+    ev_removed(core_of(core)->ev, slot, tier);
 }
 
 static struct park *h_park(void *core, uint32_t pipe, uint64_t req_id,
                            const struct park_ops *ops, void *ctx, void *owner)
 {
-    return park_defer(core, pipe, req_id, ops, ctx, owner);
+    return park_defer(core_of(core)->park, pipe, req_id, ops, ctx, owner);
 }
 
 static void h_park_deadline(void *core, struct park *p, uint64_t deadline)
 {
-    park_set_deadline(core, p, deadline);
+    (void)core;
+    park_set_deadline(p, deadline);
 }
 
 static void h_park_answer(void *core, struct park *p, const Kvtier__Response *rsp)
 {
-    park_answer(core, p, rsp);
+    park_answer(core_of(core)->park, p, rsp);
 }
 
 static void h_get_answer(void *core, struct park *p, uint16_t ns, int inline_,
@@ -142,7 +158,7 @@ static void h_get_answer(void *core, struct park *p, uint16_t ns, int inline_,
     void *scratch = NULL;
     handle_get_answer(core, park_pipe(p), park_req_id(p), ns, inline_, n_keys,
                       slots, n, &rsp, &scratch);
-    park_answer(core, p, &rsp);
+    park_answer(core_of(core)->park, p, &rsp);
     handle_response_free(&rsp, scratch);
 }
 
@@ -268,4 +284,35 @@ void tierhost_close(struct kvtierd *d)
     free(d->clx);
     d->nvx = NULL;
     d->clx = NULL;
+}
+
+/* ---------------------------------------------------- the GPU data path */
+
+static int k_pipe_alive(void *core, uint32_t pipe)
+{
+    return pipe_alive(core, pipe);
+}
+
+/* nng ipc:// or the fast channel; -1 for a remote connection. */
+static int k_peer_uid(void *core, uint32_t pipe, uint64_t *uid)
+{
+    if (pipe >= LOCAL_ID_BASE) return local_peer_uid(core_of(core)->local, pipe, uid);
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = pipe;
+    return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, uid) == 0 ? 0 : -1;
+}
+
+int tierhost_kvc_open(struct kvtierd *d)
+{
+    struct kvc_env env = {&d->host, &d->ns, &d->cfg, &d->st.bytes_out, d,
+                          k_pipe_alive, k_peer_uid};
+    int rv = kvc_open(&env, &d->kvc);
+    snprintf(d->gpu, sizeof d->gpu, "%s", kvc_gpu_status(d->kvc));
+    return rv;
+}
+
+void tierhost_kvc_close(struct kvtierd *d)
+{
+    kvc_close(d->kvc);
+    d->kvc = NULL;
 }

@@ -1,5 +1,6 @@
 /*
- * tierhost.h -- the core's side of tier_host.h (see tierhost.c).
+ * tierhost.h -- the core's side of tier_host.h and of the GPU data path's
+ * struct kvc_env (see tierhost.c).
  *
  * Ownership: d->host, d->nvx and d->clx belong to the core thread; the
  * tiers keep pointers to them until tierhost_close.
@@ -21,5 +22,10 @@ void tierhost_conf(struct kvtierd *d);
 void tierhost_order(struct kvtierd *d);
 /* After every tier closed. */
 void tierhost_close(struct kvtierd *d);
+/* Open the GPU data path on the host (kvc_open), after tierhost_attach;
+ * fills d->kvc and d->gpu. -1 when the daemon must not start. */
+int tierhost_kvc_open(struct kvtierd *d);
+/* kvc_close, and d->kvc = NULL. Accepts a daemon without one. */
+void tierhost_kvc_close(struct kvtierd *d);
 
 #endif

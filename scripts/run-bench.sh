@@ -71,6 +71,17 @@ for b in "$bench_dir"/*; do
   echo
 done
 
+# Shutdown of a 60-daemon cluster on loopback (bench/bench_shutdown.sh):
+# idle CPU while converged, and how long a SIGTERM to all takes.
+if [ -z "$only" ] && [ -z "${SKIP_SHUTDOWN_BENCH:-}" ]; then
+  echo "== bench_shutdown"
+  ran=$((ran + 1))
+  if bench/bench_shutdown.sh "${SHUTDOWN_BENCH_N:-60}" 25 "$build/bin/kvtierd"; then
+    echo "-- bench_shutdown: done"
+  else echo "-- bench_shutdown: FAILED"; failed+=(bench_shutdown); fi
+  echo
+fi
+
 # The membership simulator (tests/sim/swimsim): the real swim.c on 10, 100
 # and 1000 simulated nodes under every injection of the scenario table.
 if [ -z "$only" ] && [ -x "$build/tests/sim/swimsim" ]; then

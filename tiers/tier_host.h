@@ -60,13 +60,14 @@ struct tier_host {
 
     /* Placement over DRAM (the core's policy, store.c): reserve a slot
      * for a new chunk, commit it, free a chunk, DRAM space for a chunk
-     * read back (evicting as needed; the handle goes to idx_entry.blk),
+     * of namespace ns read back, in its pool (evicting as needed; the
+     * handle goes to idx_entry.blk),
      * drop only a chunk's DRAM copy, evict to the watermark. */
     kvt_err (*reserve)(void *core, uint16_t ns, const kvt_key *key,
                        uint64_t size, uint32_t *slot);
     void (*commit)(void *core, uint32_t slot, uint64_t csum, uint32_t parent);
     void (*free_slot)(void *core, uint32_t slot);
-    kvt_err (*alloc_dram)(void *core, uint64_t size, uint32_t *blk);
+    kvt_err (*alloc_dram)(void *core, uint16_t ns, uint64_t size, uint32_t *blk);
     void (*drop_dram)(void *core, uint32_t slot);
     void (*watermark)(void *core);
     /* A chunk's DRAM copy became valid (the DRAM journal). */

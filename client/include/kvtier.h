@@ -171,8 +171,9 @@ typedef struct kvt_chunk {
  * not NULL, is the key of the chunk that precedes keys[0] (so eviction knows
  * the prefix); keys[i-1] is taken as the parent of keys[i]. chunks[i].data
  * is writable until commit or abort; keys already cached come back with
- * exists = 1 and data = NULL. Needs the pool mapped (KVT_ENOTSUP otherwise).
- * An uncommitted lease expires after the daemon's lease timeout.
+ * exists = 1 and data = NULL. Needs the pool mapped (KVT_ENOTSUP otherwise,
+ * and also when ns lives in a pool this client does not map, a tenant's
+ * own: kvt_put then copies). An uncommitted lease expires after the daemon's lease timeout.
  */
 kvt_err kvt_put_begin(kvt_client *c, const char *ns, const kvt_key *keys,
                       const size_t *sizes, size_t n, const kvt_key *parent,
@@ -199,7 +200,8 @@ kvt_err kvt_put(kvt_client *c, const char *ns, const kvt_key *keys,
  * Pin the leading present chunks of keys[0..n) and return read-only
  * pointers to them in chunks[0..*n_got). The pointers stay valid until
  * kvt_release(lease) or kvt_close. *n_got may be 0 (lease is then 0 and
- * needs no release). Needs the pool mapped.
+ * needs no release). Needs the pool mapped, and ns in the pool this client
+ * maps (KVT_ENOTSUP otherwise; kvt_get_copy then copies).
  */
 kvt_err kvt_get(kvt_client *c, const char *ns, const kvt_key *keys, size_t n,
                 kvt_lease *lease, kvt_chunk *chunks, size_t *n_got);

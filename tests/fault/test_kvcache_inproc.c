@@ -26,6 +26,7 @@
 #include "kvtierd.h"
 #include "kvxfer.h"
 #include "log.h"
+#include "tierhost.h"
 #include "workq.h"
 
 static struct kvtierd *D;
@@ -48,13 +49,16 @@ static int setup(void **state)
     log_set_level(LOG_ERROR);
     unsetenv("KVT_CUDA_LIB");
     if (wq_cq_open(&D->cq) != 0) return -1;
-    return kvc_open(D);
+    tierhost_init(D);
+    tierhost_attach(D);
+    return tierhost_kvc_open(D);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    kvc_close(D);
+    tierhost_kvc_close(D);
+    tierhost_close(D);
     wq_cq_close(D->cq);
     idx_destroy(&D->idx);
     ns_free(&D->ns);
@@ -98,7 +102,7 @@ static void test_register_from_closed_connection(void **state)
     assert_int_equal(handle(42, &q), KVT_ENOTSUP);
     pipe_removed(D, 42);
     Kvtier__StatsResp s = KVTIER__STATS_RESP__INIT;
-    kvc_fill_stats(D, &s);
+    kvc_fill_stats(D->kvc, &s);
     assert_int_equal(s.kv_registrations, 0);
 }
 

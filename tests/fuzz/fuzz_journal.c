@@ -21,10 +21,11 @@
 
 #include "adopt.h"
 #include "fuzz_target.h"
+#include "dram.h"
+#include "index.h"
 #include "journal.h"
-#include "kvtierd.h"
 #include "log.h"
-#include "store.h"
+#include "ns.h"
 
 #define POOL (1u << 20)
 
@@ -88,30 +89,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ready) setup();
     write_journal(data, size);
 
-    struct kvtierd *d = calloc(1, sizeof *d);
-    if (!d) abort();
-    config_defaults(&d->cfg);
+    /* The module's own context, no daemon: a real pool, index and
+     * namespace table. */
+    struct idx ix;
+    struct ns_table ns = {0};
+    struct dram *pool = NULL;
+    struct adopt a = {0};
     log_set_level(LOG_ERROR + 1);
-    d->cfg.pool_bytes = POOL;
-    d->cfg.max_chunk_bytes = 256u << 10;
-    d->cfg.dram_adopt = 1;
-    snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", state);
     struct dram_opts o = {pool_path, POOL, 0600, NULL, 0, -1};
-    if (dram_open_adopt(&o, 1, &d->dram, err, sizeof err) != KVT_OK || !d->dram->adopted ||
-        idx_init(&d->idx, POOL / DRAM_UNIT) != 0 || adopt_open(d) != 0)
+    if (dram_open_adopt(&o, 1, &pool, err, sizeof err) != KVT_OK || !pool->adopted ||
+        idx_init(&ix, POOL / DRAM_UNIT) != 0)
         abort();
+    ns.idx = &ix;
+    a.idx = &ix;
+    a.ns = &ns;
+    a.dram = pool;
+    if (adopt_open(&a, 1, state, 256u << 10) != 0) abort();
 
     /* Every adopted chunk: inside the pool, apart from the others, and
      * its bytes are what its checksum says. */
     static uint8_t owner[POOL / DRAM_UNIT];
     memset(owner, 0, sizeof owner);
     uint64_t ready_n = 0;
-    for (uint32_t i = 0; i < d->idx.used; i++) {
-        struct idx_entry *e = idx_at(&d->idx, i);
+    for (uint32_t i = 0; i < ix.used; i++) {
+        struct idx_entry *e = idx_at(&ix, i);
         if (e->state != IDX_READY) continue;
         ready_n++;
-        uint8_t *p = store_ptr(d, i);
-        uint8_t *base = d->dram->base;
+        uint8_t *p = dram_ptr(pool, dram_block_off(pool, e->blk));
+        uint8_t *base = pool->base;
         if (p < base || e->size == 0 || (uint64_t)(p - base) + e->size > POOL ||
             kvt_checksum(p, e->size) != e->csum)
             abort();
@@ -121,13 +126,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             owner[u] = 1;
         }
     }
-    if (ready_n != d->adopted) abort();
+    if (ready_n != a.adopted) abort();
 
-    adopt_close(d);
-    idx_destroy(&d->idx);
-    ns_free(&d->ns);
-    dram_close(d->dram, 0);
-    free(d);
+    adopt_close(&a);
+    idx_destroy(&ix);
+    ns_free(&ns);
+    dram_close(pool, 0);
     return 0;
 }
 

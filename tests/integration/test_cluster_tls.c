@@ -12,7 +12,11 @@
  * is refused and counted, and changes nothing; a member that serves
  * flipped bytes and reports their checksum (KVT_FAULT=peer_lie) is
  * caught by the committer's checksum kept by the key's owners: a miss,
- * counted, and no byte of it reaches the client.
+ * counted, and no byte of it reaches the client. A node with a valid
+ * certificate is sent the pool's rkey only once it has proven its id
+ * (what is enforced of remote memory: test_peer_prot shows UCX's loopback
+ * transports let an rkey holder write the pool regardless of its
+ * read-only registration).
  *
  * Insecure (cluster.insecure = 1, plain tcp, where a raw client can speak
  * as a member): a flood of index adds is capped per member
@@ -31,10 +35,13 @@
 
 #include <cmocka.h>
 #include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <sys/time.h>
 
 #include "client_internal.h"
 #include "daemon.h"
 #include "kvtier.h"
+#include "tlsconf.h"
 
 #define N 3
 #define NS "cl/tls"
@@ -311,6 +318,78 @@ static void test_lying_holder_caught(void **state)
     assert_int_equal(get_one(1, 77), 1); /* its own copy is intact */
 }
 
+/* What node 1 sends the member listening on pull within ms: the number of
+ * messages; *rkeys gets how many carried its pool's rkey, chal the secret
+ * made for that member (if one came). */
+static int heard_from_node1(nng_socket pull, int ms, int *rkeys, uint8_t *chal, int *have)
+{
+    int n = 0;
+    *rkeys = 0;
+    nng_socket_set_ms(pull, NNG_OPT_RECVTIMEO, 100);
+    for (long long end = td_now_ms() + ms; td_now_ms() < end;) {
+        nng_msg *m;
+        if (nng_recvmsg(pull, &m, 0) != 0) continue;
+        Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+        nng_msg_free(m);
+        if (!pm) continue;
+        if (pm->node_id == 1) {
+            n++;
+            *rkeys += pm->ucx_rkey.len > 0;
+            if (pm->auth_chal.len == 16) memcpy(chal, pm->auth_chal.data, 16), *have = 1;
+        }
+        kvtier__peer_msg__free_unpacked(pm, NULL);
+    }
+    return n;
+}
+
+/* A node with a valid certificate (node 5's) that joins node 1: node 1
+ * dials it back (requiring node 5's name) and answers, but no message
+ * carries the pool's rkey until node 5 has echoed the secret made for it;
+ * the first proven message is answered with the rkey. */
+static void test_rkey_only_after_proof(void **state)
+{
+    (void)state;
+    char ca[128], crt[128], key[128], err[256], me[64];
+    snprintf(ca, sizeof ca, "%s/ca.crt", tc_certs());
+    snprintf(crt, sizeof crt, "%s/node-5.crt", tc_certs());
+    snprintf(key, sizeof key, "%s/node-5.key", tc_certs());
+    struct tlsconf_files f = {ca, crt, key};
+    nng_tls_config *cfg;
+    nng_socket pull;
+    nng_listener l;
+    snprintf(me, sizeof me, "tls+tcp://127.0.0.1:%d", td_free_port());
+    assert_int_equal(tlsconf_build(&cfg, 1, &f, NULL, err, sizeof err), 0);
+    assert_int_equal(nng_pull0_open(&pull), 0);
+    assert_int_equal(nng_listener_create(&l, pull, me), 0);
+    assert_int_equal(nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg), 0);
+    nng_tls_config_free(cfg);
+    assert_int_equal(nng_listener_start(l, 0), 0);
+
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    Kvtier__PeerJoin j = KVTIER__PEER_JOIN__INIT;
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    pm.node_id = 5, pm.addr = me;
+    pm.incarnation = (uint64_t)tv.tv_sec * 1000000ull + (uint64_t)tv.tv_usec;
+    pm.body_case = KVTIER__PEER_MSG__BODY_JOIN, pm.join = &j;
+    assert_int_equal(push(&pm, "node-5"), 0);
+    uint8_t chal[16];
+    int have = 0, rkeys;
+    assert_true(heard_from_node1(pull, 1500, &rkeys, chal, &have) > 0); /* answered */
+    assert_true(have);          /* with the secret made for node 5 */
+    assert_int_equal(rkeys, 0); /* and no rkey: node 5 has proven nothing yet */
+
+    /* Node 5 echoes the secret: proven, alive, and now given the rkey. */
+    Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
+    pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT, pm.heartbeat = &hb;
+    pm.auth_proof = (ProtobufCBinaryData){16, chal};
+    assert_int_equal(push(&pm, "node-5"), 0);
+    heard_from_node1(pull, 1500, &rkeys, chal, &have);
+    assert_true(rkeys > 0);
+    assert_int_equal(member_of(0, 5, NULL, 0, NULL), KVTIER__PEER_STATE__PEER_ALIVE);
+    nng_close(pull);
+}
+
 /* -------------------------------------------------------- insecure group */
 
 static int setup_insecure(void **state)
@@ -427,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_no_cert_cannot_connect),
         cmocka_unit_test(test_claimed_id_refused),
         cmocka_unit_test(test_lying_holder_caught),
+        cmocka_unit_test(test_rkey_only_after_proof),
     };
     const struct CMUnitTest plain[] = {
         cmocka_unit_test(test_index_flood_capped),

@@ -2,16 +2,27 @@
 # Each tier's room keeps its internals, and every tier is a leaf (DESIGN
 # §4, STYLE §2 and §16):
 #  - a room's *_int.h is included only by files inside that room, and a
-#    room never includes another room's headers (white-box unit tests of
-#    one room, tests/unit, are the one exception to the first rule);
+#    room never includes another room's headers (white-box unit tests and
+#    fuzz harnesses of one room, tests/unit and tests/fuzz, are the one
+#    exception to the first rule);
 #  - nothing under tiers/ includes the daemon's state (kvtierd.h) or names
 #    struct kvtierd: a tier gets the core's services through tier_host.h;
 #  - of the core's headers, tiers/ includes only the narrow ones that
-#    declare one module each and take no daemon state (TIER_CORE_OK).
+#    declare one module each and take no daemon state (TIER_CORE_OK);
+#  - in the core, the modules built from a narrow context (NARROW: the GPU
+#    data path, adoption, parked requests, namespaces, events, ...) neither
+#    name struct kvtierd nor include kvtierd.h; only the wiring modules
+#    (WIDE_OK) may.
 # Then each rule is shown to catch a breach, planted in a copy of the tree.
 set -u
 cd "$(dirname "$0")/../.."
 TIER_CORE_OK="index.h workq.h fault.h"
+# Core files that take the whole daemon: main.c builds every context; the
+# request handlers (handlers.c), placement (store.c), the services lent to
+# the tiers and the GPU data path (tierhost.c), the pool's choice (pool.c),
+# and the daemon's own header. Every other core file is held to this rule.
+WIDE_OK="main.c handlers.c handlers.h store.c store.h tierhost.c tierhost.h pool.c pool.h
+ kvtierd.h"
 
 # check ROOT: print each breach under ROOT; exit 1 if there is one.
 check() {
@@ -22,7 +33,7 @@ check() {
             [ -e "$h" ] || continue
             name=${h##*/}
             while IFS= read -r f; do
-                case $f in "$room"/*|"$root"/tests/unit/*) continue ;; esac
+                case $f in "$room"/*|"$root"/tests/unit/*|"$root"/tests/fuzz/*) continue ;; esac
                 echo "FAIL: $f includes $name, private to $room"; bad=1
             done < <(grep -rlE "#include \"([a-z]+/)?$name\"" --include='*.c' --include='*.h' \
                      "$root"/client "$root"/common "$root"/cuda "$root"/daemon "$root"/tiers \
@@ -45,11 +56,21 @@ check() {
         case " $TIER_CORE_OK " in *" $name "*) continue ;; esac
         echo "FAIL: $f:$line: a tier includes the core's $name (allowed: $TIER_CORE_OK)"; bad=1
     done < <(grep -rnE '#include "' --include='*.[ch]' "$root"/tiers)
+    for f in "$root"/daemon/*.[ch]; do
+        name=${f##*/}
+        case " $(echo $WIDE_OK) " in *" $name "*) continue ;; esac
+        while IFS=: read -r line _; do
+            echo "FAIL: $f:$line: a narrow core module names struct kvtierd"; bad=1
+        done < <(grep -nE '\bstruct[[:space:]]+kvtierd\b' "$f")
+        while IFS=: read -r line _; do
+            echo "FAIL: $f:$line: a narrow core module includes kvtierd.h"; bad=1
+        done < <(grep -nE '#include "(daemon/)?kvtierd\.h"' "$f")
+    done
     return $bad
 }
 
 check . || exit 1
-echo "rooms keep their internals; the tiers are leaves"
+echo "rooms keep their internals; the tiers are leaves; narrow core modules never see the daemon"
 
 tmp=$(mktemp -d /tmp/kvt-rooms-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -66,4 +87,10 @@ breach "a wide core header in a tier" tiers/peer/gidx.c '#include "park.h"'
 breach "kvcache.h in a tier" tiers/nvme/nvpark.c '#include "kvcache.h"'
 breach "another room's header" tiers/peer/gidx.c '#include "nvme/nvstore.h"'
 breach "a room's _int.h in the core" daemon/store.c '#include "nvme/nvstore_int.h"'
+breach "struct kvtierd in the GPU data path" daemon/kvcache.c 'static int f(struct kvtierd *d);'
+breach "struct kvtierd in a GPU path header" daemon/kvwait.h 'void kvc_x(struct kvtierd *d);'
+breach "kvtierd.h in adoption" daemon/adopt.c '#include "kvtierd.h"'
+breach "struct kvtierd in the parked requests" daemon/park.c 'struct kvtierd;'
+breach "struct kvtierd in a new core module" daemon/newmod.c 'void nm(struct kvtierd *d);'
+breach "kvtierd.h in the metrics" daemon/metrics.c '#include "kvtierd.h"'
 exit $rc

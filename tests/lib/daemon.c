@@ -65,21 +65,37 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra)
     return td_spawn_fd(d, extra, -1, NULL);
 }
 
-/* As systemd hands a service its stored fds: fd 3 and LISTEN_* naming it
- * for this very process. */
-static void pass_listen_fd(int fd, const char *name)
+/* As systemd hands a service its stored fds: fds 3.. and LISTEN_*
+ * naming them for this very process. */
+static void pass_listen_fds(const int *fds, const char *const *names, int n)
 {
-    char pid[32];
-    if (fd < 0) return;
-    if (fd != 3 && dup2(fd, 3) != 3) _exit(126);
-    fcntl(3, F_SETFD, 0);
+    char pid[32], count[16], all[1024] = "";
+    if (n <= 0 || fds[0] < 0) return;
+    int high[16];
+    for (int i = 0; i < n && i < 16; i++) /* out of the way of 3.. first */
+        if ((high[i] = fcntl(fds[i], F_DUPFD, 64)) < 0) _exit(126);
+    for (int i = 0; i < n && i < 16; i++) {
+        if (dup2(high[i], 3 + i) != 3 + i) _exit(126);
+        fcntl(3 + i, F_SETFD, 0);
+        close(high[i]);
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ":" : "",
+                 names[i]);
+    }
     snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(count, sizeof count, "%d", n);
     setenv("LISTEN_PID", pid, 1);
-    setenv("LISTEN_FDS", "1", 1);
-    setenv("LISTEN_FDNAMES", name, 1);
+    setenv("LISTEN_FDS", count, 1);
+    setenv("LISTEN_FDNAMES", all, 1);
 }
 
 pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
+{
+    const char *names[1] = {name};
+    return td_spawn_fds(d, extra, &fd, names, fd >= 0 ? 1 : 0);
+}
+
+pid_t td_spawn_fds(struct tdaemon *d, const char *const *extra, const int *fds,
+                   const char *const *names, int n_fds)
 {
     char url[400];
     snprintf(url, sizeof url, "ipc://%s", d->sock);
@@ -97,7 +113,7 @@ pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const cha
         if (getppid() != parent) _exit(0);
         int lfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (lfd >= 0) dup2(lfd, 2);
-        pass_listen_fd(fd, name);
+        pass_listen_fds(fds, names, n_fds);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -111,8 +127,15 @@ int td_start(struct tdaemon *d, const char *const *extra)
 
 int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name)
 {
+    const char *names[1] = {name};
+    return td_start_fds(d, extra, &fd, names, fd >= 0 ? 1 : 0);
+}
+
+int td_start_fds(struct tdaemon *d, const char *const *extra, const int *fds,
+                 const char *const *names, int n_fds)
+{
     if (!d->dir[0] && td_init(d) != 0) return -1;
-    d->pid = td_spawn_fd(d, extra, fd, name);
+    d->pid = td_spawn_fds(d, extra, fds, names, n_fds);
     if (d->pid < 0) return -1;
     long long deadline = td_now_ms() + (getenv("KVT_SAN") ? 20000 : 8000);
     while (td_now_ms() < deadline) {

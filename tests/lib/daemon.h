@@ -35,6 +35,11 @@ pid_t td_spawn(struct tdaemon *d, const char *const *extra);
  * LISTEN_PID=its pid. */
 int td_start_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
 pid_t td_spawn_fd(struct tdaemon *d, const char *const *extra, int fd, const char *name);
+/* The same with n_fds fds (at most 16) under their names, as fds 3... */
+int td_start_fds(struct tdaemon *d, const char *const *extra, const int *fds,
+                 const char *const *names, int n_fds);
+pid_t td_spawn_fds(struct tdaemon *d, const char *const *extra, const int *fds,
+                   const char *const *names, int n_fds);
 /* Wait for the process to exit (up to ms); its exit status or -1. */
 int td_wait_exit(pid_t pid, int ms);
 /* SIGTERM and wait; returns the exit status (0 = clean). */

@@ -40,17 +40,18 @@ static void fuzz_init(void)
     fz->ns.idx = &fz->idx;
     lease_init(&fz->leases, handle_lease_release, fz);
     log_set_level(LOG_ERROR);
-    if (wq_cq_open(&fz->cq) != 0 || kvc_open(fz) != 0) abort(); /* KV-cache state */
+    if (wq_cq_open(&fz->cq) != 0) abort();
     tierhost_init(fz); /* the tiers' contexts: no NVMe tier, no cluster */
     tierhost_attach(fz);
     tierhost_order(fz);
+    if (tierhost_kvc_open(fz) != 0) abort(); /* KV-cache state */
     pipe_added(fz, FUZZ_PIPE);
 }
 
 void kvt_fuzz_reset(void)
 {
     if (!fz) return;
-    kvc_close(fz);
+    tierhost_kvc_close(fz);
     wq_cq_close(fz->cq);
     tierhost_close(fz);
     lease_drop_all(&fz->leases);

@@ -5,7 +5,11 @@
  * uncommitted chunk; a full pool of pinned chunks is KVT_ENOSPC, not a
  * crash; a chunk deleted while pinned is invisible at once and freed at
  * its last unpin; leases die with their connection and at their deadline,
- * freeing uncommitted space and unpinning what they read.
+ * freeing uncommitted space and unpinning what they read. With a
+ * tenant's own pool beside the default one, the tenant's chunks are
+ * placed only there, a full tenant pool evicts its own chunks and never
+ * the default pool's, handles and offsets name their pool, and a range
+ * is adopted only inside one pool.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,6 +200,82 @@ static void test_leases_die_with_their_pipe(void **state)
     assert_int_equal(D->leases.count, 0);
 }
 
+/* A second daemon state with tenant t's own pool (a memfd, 256 KiB)
+ * after the default one. */
+static void test_pools_apart(void **state)
+{
+    (void)state;
+    char err[256] = "", path[96];
+    const uint64_t tp = 256u << 10;
+    struct kvtierd *P = calloc(1, sizeof *P);
+    config_defaults(&P->cfg);
+    P->cfg.pool_bytes = POOL;
+    struct kvt_tenant *tn = &P->cfg.tenants.v[0];
+    snprintf(tn->name, sizeof tn->name, "t");
+    snprintf(tn->prefixes[0], sizeof tn->prefixes[0], "t/");
+    tn->n_prefixes = 1;
+    tn->pool_bytes = tp;
+    P->cfg.tenants.n = 1;
+    snprintf(path, sizeof path, "/dev/shm/kvt-store2-%d.pool", (int)getpid());
+    struct dram_opts o = {path, POOL, 0600, NULL, 0, -1};
+    struct dram_opts t = {NULL, tp, 0600, NULL, 1, -1};
+    assert_int_equal(dram_open_pools(&o, 0, POOL + tp, &P->dram, err, sizeof err), KVT_OK);
+    /* A pool that does not fit the reserve is refused, nothing mapped. */
+    struct dram_opts big = {NULL, tp * 2, 0600, NULL, 1, -1};
+    uint32_t no;
+    assert_int_equal(dram_add_pool(P->dram, &big, "x", 0, &no, err, sizeof err), KVT_ENOSPC);
+    assert_int_equal(P->dram->n_seg, 1);
+    assert_int_equal(dram_add_pool(P->dram, &t, "kvtier-pool-t", 0, &P->tenant_pool[0],
+                                   err, sizeof err), KVT_OK);
+    assert_int_equal(P->tenant_pool[0], 1);
+    assert_int_equal(P->dram->bytes, POOL + tp);
+    assert_int_equal(idx_init(&P->idx, (POOL + tp) / DRAM_UNIT), 0);
+    P->ns.idx = &P->idx;
+    lease_init(&P->leases, handle_lease_release, P);
+    uint16_t nt = ns_intern(&P->ns, "t/m"), nd = ns_intern(&P->ns, "a/m");
+    uint32_t s, kept[8];
+    for (uint64_t i = 0; i < 8; i++) { /* the default pool's chunks */
+        kvt_key k = td_key(500 + i);
+        assert_int_equal(store_reserve(P, nd, &k, CH, &kept[i]), KVT_OK);
+        store_commit(P, kept[i], 0, IDX_NONE);
+        assert_int_equal(store_pool(P, kept[i]), 0);
+        assert_true(store_off(P, kept[i]) < POOL);
+    }
+    for (uint64_t i = 0; i < tp / CH + 16; i++) { /* t's pool, over and over */
+        kvt_key k = td_key(i);
+        assert_int_equal(store_reserve(P, nt, &k, CH, &s), KVT_OK);
+        store_commit(P, s, 0, IDX_NONE);
+        assert_int_equal(store_pool(P, s), 1);
+        assert_true(store_off(P, s) >= POOL && store_off(P, s) < POOL + tp);
+        assert_true(dram_pool_used(P->dram, 1) <= tp);
+    }
+    kvt_key k0 = td_key(0);
+    assert_int_equal(idx_find(&P->idx, nt, &k0), IDX_NONE); /* evicted, t's own */
+    for (uint64_t i = 0; i < 8; i++) { /* the coldest of all, never taken */
+        kvt_key k = td_key(500 + i);
+        assert_int_equal(idx_find(&P->idx, nd, &k), kept[i]);
+    }
+    assert_int_equal(dram_pool_used(P->dram, 0), 8 * CH);
+    /* A chunk larger than t's pool cannot be placed there at all. */
+    kvt_key kb = td_key(9999);
+    assert_int_equal(store_reserve(P, nt, &kb, tp + CH, &s), KVT_ENOSPC);
+    /* Adoption's alloc_at: inside one pool only. */
+    struct tier_loc loc;
+    struct tier *dt = &P->dram->tier;
+    assert_int_equal(dt->ops->alloc_at(dt, POOL - CH, 2 * CH, &loc), KVT_ENOSPC);
+    /* The watermarks hold per pool: t's full pool comes down, the
+     * default pool (8 chunks of 256) is left alone. */
+    store_watermark(P);
+    assert_true(dram_pool_used(P->dram, 1) <=
+                (uint64_t)((double)tp * P->cfg.high_watermark));
+    assert_int_equal(dram_pool_used(P->dram, 0), 8 * CH);
+    lease_drop_all(&P->leases);
+    idx_destroy(&P->idx);
+    ns_free(&P->ns);
+    dram_close(P->dram, 1);
+    free(P);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_full_of_pinned_is_enospc),
         cmocka_unit_test(test_delete_pinned),
         cmocka_unit_test(test_leases_die_with_their_pipe),
+        cmocka_unit_test(test_pools_apart),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

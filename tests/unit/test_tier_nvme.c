@@ -111,9 +111,10 @@ static void h_free_slot(void *core, uint32_t slot)
     idx_remove(&H.idx, slot);
 }
 
-static kvt_err h_alloc_dram(void *core, uint64_t size, uint32_t *blk)
+static kvt_err h_alloc_dram(void *core, uint16_t ns, uint64_t size, uint32_t *blk)
 {
     (void)core;
+    (void)ns;
     struct tier_loc loc;
     kvt_err e = H.dram->tier.ops->alloc(&H.dram->tier, size, &loc);
     if (e == KVT_OK) *blk = loc.h;
@@ -299,7 +300,7 @@ static uint32_t put_chunk(uint16_t ns, uint64_t seed)
 {
     kvt_key k = td_key(seed);
     uint32_t blk = IDX_NONE;
-    assert_int_equal(h_alloc_dram(NULL, CH, &blk), KVT_OK);
+    assert_int_equal(h_alloc_dram(NULL, 0, CH, &blk), KVT_OK);
     uint32_t slot = idx_insert(&H.idx, ns, &k);
     assert_int_not_equal(slot, IDX_NONE);
     struct idx_entry *e = idx_at(&H.idx, slot);

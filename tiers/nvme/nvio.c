@@ -448,7 +448,8 @@ int nvs_promote(struct nvs_ctx *d, uint32_t slot, tier_done_fn done, void *arg)
     if (v->flags & IDX_F_READING) return done ? 0 : 1; /* one done per read */
     if (e->state != IDX_READY || e->tier != IDX_NVME) return 0;
     uint32_t blk;
-    if (d->host->alloc_dram(d->host->core, nvme_rec_len(e->size) - NVME_HDR, &blk) != KVT_OK) return 0;
+    if (d->host->alloc_dram(d->host->core, e->ns, nvme_rec_len(e->size) - NVME_HDR,
+                            &blk) != KVT_OK) return 0;
     e->blk = blk;
     idx_pin(d->idx, slot);
     idx_set_flags(d->idx, slot, IDX_F_READING, 0);

@@ -21,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fault.h"
 #include "log.h"
 #include "nvstore_int.h"
 #include "uring.h"
@@ -467,12 +466,7 @@ static int open_tier(struct nvs_ctx *d)
 
 int nvs_open(struct nvs_ctx *d)
 {
-    char err[256];
     if (!d->cfg.nvme_bytes) return 0;
-    if (fault_init(NULL, err, sizeof err) != 0) {
-        log_error("nvme", "%s", err);
-        return -1;
-    }
     struct nvs *s = calloc(1, sizeof *s);
     if (!s) abort(); /* start-up allocation */
     s->obj.ops = &nvs_ops;

@@ -36,7 +36,7 @@
  *
  * Identity (cluster.tls_*, the default): the control channel is nng's
  * tls+tcp with mutual authentication against cluster.tls_ca, so nothing
- * without a certificate from that CA reaches apply(). nng 1.5 does not
+ * without a certificate from that CA reaches cl_apply(). nng 1.5 does not
  * tell a listener which certificate a pipe presented, so the id a message
  * claims is proven the other way round: every dial to member N requires
  * the name kvtier-node-N in the certificate of whoever answers there, and
@@ -79,6 +79,7 @@
 #include "cluster_int.h"
 #include "etcd.h"
 #include "fault.h"
+#include "nngclose.h"
 #include "peer.h"
 #include "swim.h"
 #include "tlsconf.h"
@@ -650,7 +651,7 @@ static void know_first(struct cl_ctx *d, struct member *m)
     mb_join(c->mb, &a, 1);
 }
 
-static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_ms)
+static void apply_at(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_ms)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
@@ -687,6 +688,11 @@ static void apply(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }
 
+void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
+{
+    apply_at(d, buf, len, mono_ms());
+}
+
 static void mb_drive(struct cl_ctx *d);
 
 /* Messages, then the membership's timers (what arrived may move them;
@@ -701,7 +707,7 @@ void cluster_poll(struct cl_ctx *d)
     struct qmsg *q = take_all(d->cl);
     while (q) {
         struct qmsg *next = q->next;
-        apply(d, nng_msg_body(q->m), nng_msg_len(q->m), q->rx_ms);
+        apply_at(d, nng_msg_body(q->m), nng_msg_len(q->m), q->rx_ms);
         nng_msg_free(q->m);
         free(q);
         q = next;
@@ -1040,6 +1046,36 @@ int cluster_fd(const struct cl_ctx *d)
     return d->cl ? d->cl->ep : -1;
 }
 
+/* The pull socket and every member's push socket, closed within
+ * CL_CLOSE_MS (common/nngclose.h: nng 1.5 can deadlock in nng_close while
+ * a dialer reconnects to a peer stopping at the same time). Past the
+ * bound they are left to the process's exit, with a warning. */
+static void close_sockets(struct cluster *c)
+{
+    nng_socket *s = calloc((size_t)c->n + 1, sizeof *s);
+    size_t n = 0;
+    if (!s) { /* no room for the list: close them here, unbounded */
+        if (c->pull_open) nng_close(c->pull);
+        for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
+        c->pull_open = 0;
+        return;
+    }
+    if (c->pull_open) s[n++] = c->pull;
+    c->pull_open = 0;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->m[i].open) s[n++] = c->m[i].push;
+        c->m[i].open = 0;
+    }
+    uint64_t t0 = mono_ns();
+    if (nngc_close_bounded(s, n, CL_CLOSE_MS, fault_hit(FAULT_NNG_CLOSE_HANG)) != 0)
+        log_warn("cluster", "%zu socket(s) did not close within %u ms (nng); "
+                 "left to the process's exit", n, CL_CLOSE_MS);
+    else
+        log_debug("cluster", "%zu socket(s) closed in %llu ms", n,
+                  (unsigned long long)((mono_ns() - t0) / 1000000));
+    free(s);
+}
+
 void cluster_close(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
@@ -1057,10 +1093,9 @@ void cluster_close(struct cl_ctx *d)
     pg_close(d); /* answers parked GETs */
     gx_close(d); /* answers parked lookups */
     pg_free(d);
-    if (c->aio) nng_aio_stop(c->aio);
-    if (c->pull_open) nng_close(c->pull);
+    if (c->aio) nng_aio_stop(c->aio); /* no recv_cb after this */
+    close_sockets(c);
     if (c->aio) nng_aio_free(c->aio);
-    for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
     struct qmsg *q = c->q_head;
     while (q) {
         struct qmsg *next = q->next;

@@ -19,6 +19,7 @@
 #define CL_ADDR_MAX 128
 #define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
+#define CL_CLOSE_MS 2000u /* bound on closing the cluster's sockets */
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
 
 struct member {
@@ -99,6 +100,9 @@ struct member *cl_find(struct cluster *c, uint32_t id);
 /* Fill in the sender and send without blocking (dropped if m is not
  * connected). pm stays the caller's. */
 int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm); /* 0 or -1 */
+/* Decode, check and apply one PeerMsg as received (cluster_poll; the
+ * peer-message fuzz target calls it without sockets), arrived now. */
+void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len);
 /* Count a refused message; log it at most once a second. */
 void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why);
 static inline int cl_alive(const struct member *m)
@@ -150,14 +154,19 @@ void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
 void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
 void gx_fill_peers(struct cl_ctx *d, Kvtier__PeersResp *pr);
 uint64_t gx_ns_hash(const char *ns);
-/* What the owners recorded of a chunk: its committer's checksum and size. */
+/* What the owners recorded of a chunk: its committer's checksum and size;
+ * from gx_resolve, also the further live holders of it (besides the one
+ * named), for a requester to try when a holder's bytes fail the checksum. */
+#define GX_ALT_MAX 3
 struct gx_sum {
     uint64_t csum, size;
+    uint32_t alt[GX_ALT_MAX];
+    uint32_t n_alt;
 };
 /* Find a live holder other than this node for each of keys[0..n) (all in
  * one namespace): done(d, arg, holders, sums, n) is called exactly once,
  * with holders[i] a member id or 0 and sums[i] what the owner that named
- * it recorded, within cluster.lookup_timeout_ms, maybe before gx_resolve
+ * it recorded (and the other live holders it knows), within cluster.lookup_timeout_ms, maybe before gx_resolve
  * returns. keys must stay valid until then. */
 typedef void (*gx_done_fn)(struct cl_ctx *d, void *arg, const uint32_t *holders,
                            const struct gx_sum *sums, uint32_t n);

@@ -541,7 +541,7 @@ static void tell(struct cl_ctx *d, uint32_t owner, const kvt_key *k, uint64_t ns
 static struct gx_sum slot_sum(struct cl_ctx *d, uint32_t s)
 {
     const struct idx_entry *e = idx_at(d->idx, s);
-    return (struct gx_sum){e->csum, e->size};
+    return (struct gx_sum){.csum = e->csum, .size = e->size};
 }
 
 /* ------------------------------------------------- owners of local slots */
@@ -793,7 +793,7 @@ int gx_leave(struct cl_ctx *d)
         n = owners_of(&e->key, e->nsh, v, nv, g->r + 1, o); /* o[r]: who takes our place */
         if (n <= g->r || !has(o, g->r, self)) continue;
         uint32_t sent = 0;
-        struct gx_sum sum = {e->csum, e->size};
+        struct gx_sum sum = {.csum = e->csum, .size = e->size};
         for (uint8_t j = 0; j < e->n; j++)
             if (e->hold[j] != self && ++sent)
                 queue_update(d, o[g->r], &e->key, e->nsh, 0, e->hold[j], 1, &sum);
@@ -824,6 +824,20 @@ static int holders_ok(const Kvtier__PeerIndex *ix)
     return 1;
 }
 
+/* The further holders of a Holders answer: none, or a count per key
+ * (at most GX_ALT_MAX) that adds up to the list. */
+static int alts_ok(const Kvtier__PeerHolders *h)
+{
+    if (h->n_alt_count == 0) return h->n_alt == 0;
+    if (h->n_alt_count != h->n_holders) return 0;
+    size_t total = 0;
+    for (size_t i = 0; i < h->n_alt_count; i++) {
+        if (h->alt_count[i] > GX_ALT_MAX) return 0;
+        total += h->alt_count[i];
+    }
+    return total == h->n_alt;
+}
+
 static struct gq *find_query(struct gidx *g, uint64_t qid)
 {
     struct gq *q = g->qs;
@@ -848,7 +862,7 @@ const char *gx_check(struct cl_ctx *d, const struct member *m, const Kvtier__Pee
     case KVTIER__PEER_MSG__BODY_HOLDERS:
         if (!(q = find_query(gx_of(d), h->query_id))) return "answer to no query";
         return q->owner == m->id && h->n_holders == q->n && h->n_checksum == q->n &&
-                       h->n_size == q->n
+                       h->n_size == q->n && alts_ok(h)
                    ? NULL : "malformed holders answer";
     default:
         return NULL;
@@ -859,43 +873,50 @@ void gx_on_index(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerIndex *ix = pm->index;
     for (size_t i = 0; i < ix->n_keys; i++) {
-        struct gx_sum sum = {ix->checksum[i], ix->size[i]};
+        struct gx_sum sum = {.csum = ix->checksum[i], .size = ix->size[i]};
         gx_apply(d, ix->n_holder ? ix->holder[i] : m->id, (const kvt_key *)ix->keys[i].data,
                  ix->ns_hash[i], ix->drop[i], &sum);
     }
 }
 
 /* A live holder of (k, nsh) other than `not`, or 0; *sum gets the
- * committer's checksum and size. */
+ * committer's checksum and size, and the other live holders (alt). */
 static uint32_t live_holder(struct cl_ctx *d, const kvt_key *k, uint64_t nsh, uint32_t not,
                             struct gx_sum *sum)
 {
     struct gidx *g = gx_of(d);
-    uint32_t i = ent_find(g, k, nsh);
+    uint32_t i = ent_find(g, k, nsh), first = 0;
+    sum->n_alt = 0;
     if (i == GX_NONE) return 0;
     for (uint8_t j = 0; j < g->e[i].n; j++) {
         uint32_t h = g->e[i].hold[j];
-        if (h == not) continue;
-        if (h == d->cl->self_id || cl_alive(cl_find(d->cl, h))) {
+        if (h == not || (h != d->cl->self_id && !cl_alive(cl_find(d->cl, h)))) continue;
+        if (!first) {
+            first = h;
             sum->csum = g->e[i].csum;
             sum->size = g->e[i].size;
-            return h;
+        } else if (sum->n_alt < GX_ALT_MAX) {
+            sum->alt[sum->n_alt++] = h;
         }
     }
-    return 0;
+    return first;
 }
 
 void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerWhoHas *w = pm->who_has;
-    uint32_t *h = calloc(w->n_keys + 1, sizeof *h);
+    uint32_t *h = calloc((2 + GX_ALT_MAX) * w->n_keys + 1, sizeof *h);
     uint64_t *v = calloc(2 * w->n_keys + 1, sizeof *v);
     if (!h || !v) abort();
+    uint32_t *nmore = h + w->n_keys, *more = nmore + w->n_keys;
+    size_t n_more = 0;
     for (size_t i = 0; i < w->n_keys; i++) {
-        struct gx_sum sm = {0, 0};
+        struct gx_sum sm = {0};
         h[i] = live_holder(d, (const kvt_key *)w->keys[i].data, w->ns_hash[i], m->id, &sm);
         v[i] = sm.csum;
         v[w->n_keys + i] = sm.size;
+        nmore[i] = sm.n_alt;
+        for (uint32_t j = 0; j < sm.n_alt; j++) more[n_more++] = sm.alt[j];
     }
     Kvtier__PeerHolders ph = KVTIER__PEER_HOLDERS__INIT;
     ph.query_id = w->query_id;
@@ -903,6 +924,12 @@ void gx_on_who_has(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
     ph.holders = h;
     ph.checksum = v;
     ph.size = v + w->n_keys;
+    if (n_more) { /* older requesters ignore them */
+        ph.n_alt_count = w->n_keys;
+        ph.alt_count = nmore;
+        ph.n_alt = n_more;
+        ph.alt = more;
+    }
     Kvtier__PeerMsg out = KVTIER__PEER_MSG__INIT;
     out.body_case = KVTIER__PEER_MSG__BODY_HOLDERS;
     out.holders = &ph;
@@ -970,6 +997,21 @@ static void gq_unlink(struct gidx *g, struct gq *q)
     free(q);
 }
 
+/* A holder a requester may pull from: a live member, not this node. */
+static int usable(struct cl_ctx *d, uint32_t id)
+{
+    return id && id != d->cl->self_id && cl_alive(cl_find(d->cl, id));
+}
+
+/* Add id to the further holders of sum (first is the one named). */
+static void alt_add(struct gx_sum *sum, uint32_t first, uint32_t id)
+{
+    if (id == first || sum->n_alt == GX_ALT_MAX) return;
+    for (uint32_t j = 0; j < sum->n_alt; j++)
+        if (sum->alt[j] == id) return;
+    sum->alt[sum->n_alt++] = id;
+}
+
 void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
     struct gidx *g = gx_of(d);
@@ -977,15 +1019,25 @@ void gx_on_holders(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
     const Kvtier__PeerHolders *h = pm->holders;
     struct gq *q = find_query(g, h->query_id);
     struct gpark *p = q->p;
+    size_t a = 0; /* key i's further holders start at h->alt[a] */
     for (uint32_t i = 0; i < q->n; i++) {
-        uint32_t id = h->holders[i];
-        if (id && id != d->cl->self_id && cl_alive(cl_find(d->cl, id)) &&
-            p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
+        uint32_t id = h->holders[i], na = h->n_alt_count ? h->alt_count[i] : 0;
+        struct gx_sum *sum = &p->sum[q->idx[i]];
+        const uint32_t *alt = na ? h->alt + a : NULL;
+        a += na;
+        if (!usable(d, id)) continue;
+        if (p->tiers[q->idx[i]] == KVTIER__TIER__TIER_NONE) {
             p->tiers[q->idx[i]] = KVTIER__TIER__TIER_PEER;
             p->holder[q->idx[i]] = id;
-            p->sum[q->idx[i]] = (struct gx_sum){h->checksum[i], h->size[i]};
+            *sum = (struct gx_sum){h->checksum[i], h->size[i], {0}, 0};
             g->peer_hits += !p->done;
+        } else if (sum->csum != h->checksum[i] || sum->size != h->size[i]) {
+            continue; /* another owner's record: its holders are not for this one */
+        } else {
+            alt_add(sum, p->holder[q->idx[i]], id);
         }
+        for (uint32_t j = 0; j < na; j++)
+            if (usable(d, alt[j])) alt_add(sum, p->holder[q->idx[i]], alt[j]);
     }
     gq_unlink(g, q);
     if (--p->pending == 0) park_finish(d, p);

@@ -20,8 +20,13 @@
  * nvme.get_deadline_ms): then fetches still in flight are cancelled, and
  * their reserved space is freed only when UCX has let go of it. A GET
  * whose client leaves is settled the same way, with no answer sent
- * (get_gone): fetches in flight end on their own and free their space. A bad checksum, a failed fetch or a dead holder is a
- * miss, counted; no byte of an unverified chunk is ever visible.
+ * (get_gone): fetches in flight end on their own and free their space.
+ * A failed fetch or a dead holder is a miss, counted; no byte of an
+ * unverified chunk is ever visible. Bytes that are not the committer's
+ * (they fail the checksum, or the holder reports another one) are
+ * counted and the chunk is asked of the next further holder the owners
+ * listed (gx_resolve's alt, up to GX_ALT_MAX, each once, within the GET's
+ * deadline); it is a miss only when none is left.
  *
  * The checksum and size a fetch is held to are the committer's, as the
  * key's owners recorded them in the global index (gx_resolve hands them
@@ -62,6 +67,7 @@ struct pitem { /* one key fetched from a peer */
     struct gx_sum want; /* the owners' record of the chunk */
     struct peer_fetch *f;
     uint8_t st;
+    uint8_t tried; /* of want.alt: further holders asked */
 };
 
 struct ppin { /* one PeerPin sent, until its chunks are in */
@@ -337,15 +343,37 @@ static void item_done(struct cl_ctx *d, struct pitem *it)
     settle(d, g);
 }
 
+static void send_pin(struct cl_ctx *d, struct pget *g, uint32_t holder, const uint32_t *k,
+                     uint32_t n, const char *ns);
+
+/* Key k of g came from a holder as bytes that are not the committer's:
+ * ask the next further holder the owners listed that has an endpoint
+ * (each at most once). 1 if one was asked; 0: the key is a miss. */
+static int try_next(struct cl_ctx *d, struct pget *g, uint32_t k)
+{
+    struct pitem *it = &g->it[k];
+    while (!g->answered && it->tried < it->want.n_alt && it->tried < GX_ALT_MAX) {
+        uint32_t h = it->want.alt[it->tried++];
+        struct member *m = cl_find(d->cl, h);
+        if (h == d->cl->self_id || !m || !peer_conn_ok(m->conn)) continue;
+        log_warn("peer", "trying node %u for the chunk instead", (unsigned)h);
+        send_pin(d, g, h, &k, 1, d->host->ns_name(d->host->core, g->ns));
+        return 1;
+    }
+    return 0;
+}
+
 /* The worker's verdict on a fetched chunk (core thread). */
 static void verified(struct wq_job *j)
 {
     struct pitem *it = (struct pitem *)((char *)j - offsetof(struct pitem, check));
-    struct cl_ctx *d = it->g->d;
+    struct pget *g = it->g;
+    struct cl_ctx *d = g->d;
     if (!it->check.ok) {
         pg_of(d)->bad_csum++;
-        log_warn("peer", "chunk from node %u failed its checksum: a miss",
+        log_warn("peer", "chunk from node %u failed its checksum",
                  (unsigned)it->pin->holder);
+        try_next(d, g, (uint32_t)(it - g->it)); /* before item_done: g stays open */
         it->st = PI_MISS;
     } else {
         struct member *m = cl_find(d->cl, it->pin->holder);
@@ -387,7 +415,8 @@ static int start_fetch(struct cl_ctx *d, struct pget *g, struct ppin *p, uint32_
         /* not the committer's chunk: never fetched, let alone kept */
         pg_of(d)->bad_csum++;
         log_warn("peer", "node %u offers a chunk whose size or checksum differs from "
-                 "its owners' record: a miss", (unsigned)p->holder);
+                 "its owners' record", (unsigned)p->holder);
+        try_next(d, g, k);
         return 0;
     }
     csum = it->want.csum;
@@ -645,6 +674,10 @@ int pg_open(struct cl_ctx *d)
     struct pgs *s = calloc(1, sizeof *s);
     if (!s) abort();
     d->cl->pg = s;
+    if (!d->dram) { /* no pool to serve (the peer-message fuzz target) */
+        log_info("peer", "no DRAM pool: no peer tier");
+        return 0;
+    }
     if (peer_open(d->dram->base, d->dram->bytes, (int)d->cfg.cluster_ucx_wakeup, &d->cl->pt,
                   err, sizeof err) != 0) {
         log_warn("peer", "no peer tier (GETs stay local): %s", err);
