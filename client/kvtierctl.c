@@ -551,6 +551,8 @@ static const char *peer_state(Kvtier__PeerState s)
     case KVTIER__PEER_STATE__PEER_JOINING: return "joining";
     case KVTIER__PEER_STATE__PEER_ALIVE: return "alive";
     case KVTIER__PEER_STATE__PEER_DEAD: return "dead";
+    case KVTIER__PEER_STATE__PEER_SUSPECT: return "suspect";
+    case KVTIER__PEER_STATE__PEER_LEFT: return "left";
     default: return "none";
     }
 }

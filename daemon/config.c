@@ -204,10 +204,28 @@ static const struct cfg_key keys[] = {
      1e6, "pins", 0, "PeerPin requests of one member held here at once (each "
      "pins up to daemon.max_keys chunks); more are answered as not pinned"},
     {"cluster", "heartbeat_ms", CFG_U64, F(cluster_heartbeat_ms), "500", 50,
-     60000, "ms", 0, "interval between heartbeats to each member"},
+     60000, "ms", 0, "interval of the pairwise hello (identity proof, UCX "
+     "address exchange) repeated to a member until it is done; not a "
+     "liveness signal"},
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
-     100, 600000, "ms", 0, "a member not heard from for this long is marked "
-     "dead (its chunks become misses)"},
+     100, 600000, "ms", 0, "how long views are taken to need to agree after a "
+     "membership change (owners keep and ask one more owner meanwhile)"},
+    {"cluster", "probe_ms", CFG_U64, F(cluster_probe_ms), "1000", 20, 60000, "ms", 0,
+     "SWIM protocol period: one probe of one random member each (membership = "
+     "swim)"},
+    {"cluster", "probe_timeout_ms", CFG_U64, F(cluster_probe_timeout_ms), "500", 10,
+     60000, "ms", 0, "SWIM: direct ack wait before asking others to probe; "
+     "below cluster.probe_ms"},
+    {"cluster", "suspicion_mult", CFG_U64, F(cluster_suspicion_mult), "3", 1, 100,
+     "count", 0, "SWIM: a suspect is declared dead after suspicion_mult x "
+     "log10(members+1) x probe_ms with every confirmation, up to 6 times that "
+     "with none"},
+    {"cluster", "reap_ms", CFG_U64, F(cluster_reap_ms), "60000", 100, 86400000, "ms",
+     0, "dead and left members are forgotten this long after (SWIM)"},
+    {"cluster", "rx_queue_max", CFG_U64, F(cluster_rx_queue_max), "16384", 1, 1e7,
+     "messages", 0, "daemon-to-daemon messages waiting for the core thread at "
+     "most; more are dropped and counted (membership copes with loss; an index "
+     "update or pin dropped is lost)"},
     {"cluster", "replicas", CFG_U64, F(cluster_replicas), "2", 1, 8, "count", 0,
      "owners of each global index entry (rendezvous hashing over the live "
      "members)"},
@@ -723,6 +741,12 @@ int config_finish(struct kvt_config *c, char *err, size_t errlen)
          strlen(c->cluster_etcd_prefix) > 255)) {
         snprintf(err, errlen, "cluster.membership = etcd wants cluster.etcd_endpoints and "
                  "a cluster.etcd_prefix of 1 to 255 bytes");
+        return -1;
+    }
+    if (c->cluster_probe_timeout_ms >= c->cluster_probe_ms) {
+        snprintf(err, errlen, "cluster.probe_timeout_ms (%llu) must be below "
+                 "cluster.probe_ms (%llu)", (unsigned long long)c->cluster_probe_timeout_ms,
+                 (unsigned long long)c->cluster_probe_ms);
         return -1;
     }
     if (c->cluster_failure_ms <= c->cluster_heartbeat_ms) {

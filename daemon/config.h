@@ -112,6 +112,11 @@ struct kvt_config {
     char cluster_etcd_endpoints[CFG_STR_MAX]; /* comma list of http://host:port */
     char cluster_etcd_prefix[CFG_STR_MAX];    /* member keys' prefix */
     uint64_t cluster_etcd_lease_s; /* registration lease */
+    uint64_t cluster_probe_ms;         /* SWIM protocol period */
+    uint64_t cluster_probe_timeout_ms; /* SWIM direct ack wait */
+    uint64_t cluster_suspicion_mult;   /* SWIM suspicion timeout factor */
+    uint64_t cluster_reap_ms;          /* dead/left members forgotten after */
+    uint64_t cluster_rx_queue_max;     /* messages waiting for the core, at most */
     /* [events] (events.c); off while endpoint is empty */
     char events_endpoint[CFG_STR_MAX];        /* ZMQ PUB url */
     char events_replay_endpoint[CFG_STR_MAX]; /* ZMQ ROUTER url; "" = none */

@@ -40,6 +40,9 @@ enum fault_point {
                            * (nng 1.5's close deadlock, common/nngclose.h) */
     FAULT_SHUTDOWN_HANG,  /* the shutdown stops for good after the cluster
                            * is closed: the shutdown watchdog must end it */
+    FAULT_CLUSTER_STALL, /* the core thread stalls 1 s before it handles
+                          * queued daemon-to-daemon messages (a busy
+                          * core): the receive queue fills */
     FAULT_COUNT
 };
 

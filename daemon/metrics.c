@@ -413,10 +413,9 @@ static void render_leases(struct sbuf *b, const struct met_src *d)
     one(b, "kvtier_leases_cancelled_total", "counter",
         "Leases dropped when a shutdown drain ran out of time.", "",
         d->met->leases_cancelled);
-    family(b, "kvtier_peers", "gauge",
-           "Cluster peers by state (no cluster support yet: always 0).");
-    sample(b, "kvtier_peers", "state=\"alive\"", 0);
-    sample(b, "kvtier_peers", "state=\"dead\"", 0);
+    char *cm = cluster_metrics(d->clx); /* members, suspicions, traffic */
+    sb_printf(b, "%s", cm);
+    free(cm);
     uint64_t unproven;
     int insecure = cluster_security(d->clx, &unproven);
     one(b, "kvtier_cluster_insecure", "gauge",

@@ -228,6 +228,16 @@ void tierhost_conf(struct kvtierd *d)
     k->cluster_replicas = c->cluster_replicas;
     k->cluster_lookup_ms = c->cluster_lookup_ms;
     k->cluster_ucx_wakeup = c->cluster_ucx_wakeup;
+    snprintf(k->cluster_etcd_endpoints, sizeof k->cluster_etcd_endpoints, "%s",
+             c->cluster_etcd_endpoints);
+    snprintf(k->cluster_etcd_prefix, sizeof k->cluster_etcd_prefix, "%s",
+             c->cluster_etcd_prefix);
+    k->cluster_etcd_lease_s = c->cluster_etcd_lease_s;
+    k->cluster_probe_ms = c->cluster_probe_ms;
+    k->cluster_probe_timeout_ms = c->cluster_probe_timeout_ms;
+    k->cluster_suspicion_mult = c->cluster_suspicion_mult;
+    k->cluster_reap_ms = c->cluster_reap_ms;
+    k->cluster_rx_queue_max = c->cluster_rx_queue_max;
     k->lease_timeout_ms = c->lease_timeout_ms;
     k->max_chunk_bytes = c->max_chunk_bytes;
     k->max_keys = c->max_keys;

@@ -6,11 +6,16 @@
  * (waited for with slack, not timed); restarted, it rejoins with a new
  * incarnation and every node sees it alive again. kvtierctl peers --json
  * shows the same; bad [cluster] settings stop the daemon before it starts.
+ * Membership (SWIM): a member stopped with SIGTERM says goodbye and is seen
+ * LEFT, never DEAD (no failure timeout waited out); a SIGSTOPped member is
+ * declared dead and, on SIGCONT, refutes it and is alive again without a
+ * restart (same incarnation, one refutation in its /metrics).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +32,7 @@
 #include "daemon.h"
 #include "json.h"
 #include "kvtier.h"
+#include "ops.h"
 
 #define N 3
 #define FAIL_MS "2000"
@@ -293,12 +299,136 @@ static void test_off_without_listen(void **state)
     td_cleanup(&t);
 }
 
+
+/* A daemon's /metrics, parsed. */
+static void scrape_of(const struct tdaemon *d, struct prom *p)
+{
+    char base[128], *body = NULL;
+    int status = 0;
+    assert_int_equal(ops_metrics_base(d, base, sizeof base, 5000), 0);
+    assert_int_equal(ops_http_get(base, "/metrics", &status, &body), 0);
+    assert_int_equal(status, 200);
+    assert_int_equal(prom_parse(body, p), 0);
+    free(body);
+}
+
+static void scrape(int i, struct prom *p)
+{
+    scrape_of(&D[i], p);
+}
+
+static uint64_t inc_of(int i, uint32_t id)
+{
+    Kvtier__Response *r = peers(i);
+    uint64_t inc = 0;
+    for (size_t k = 0; k < r->peers->n_peers; k++)
+        if (r->peers->peers[k]->node_id == id) inc = r->peers->peers[k]->incarnation;
+    kvtier__response__free_unpacked(r, NULL);
+    return inc;
+}
+
+/* SIGTERM: the Leave is gossiped before the sockets close, so the others
+ * see LEFT. A failure detector alone could only ever say DEAD. */
+static void test_leave_is_seen_left(void **state)
+{
+    (void)state;
+    for (uint32_t id = 1; id <= N; id++)
+        assert_int_equal(wait_state(id, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    kvt_close(T.c[2]);
+    T.c[2] = NULL;
+    assert_int_equal(td_stop(&D[2]), 0);
+    assert_int_equal(wait_state(3, KVTIER__PEER_STATE__PEER_LEFT, 2), 0);
+    char left[160], dead[160];
+    snprintf(left, sizeof left, "member 3 (%s): alive -> left", url[2]);
+    snprintf(dead, sizeof dead, "member 3 (%s): alive -> dead", url[2]);
+    for (int i = 0; i < 2; i++) {
+        assert_true(td_log_has(&D[i], left));
+        assert_false(td_log_has(&D[i], dead));
+    }
+    struct prom p;
+    scrape(0, &p);
+    assert_true(prom_get(&p, "kvtier_peers", "state=\"left\"") == 1);
+    assert_true(prom_get(&p, "kvtier_cluster_membership_messages_total",
+                         "type=\"ping\",dir=\"tx\"") > 0);
+    prom_free(&p);
+    assert_int_equal(start_node(2), 0);
+    for (uint32_t id = 1; id <= N; id++)
+        assert_int_equal(wait_state(id, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+}
+
+/* SIGSTOP: the others declare it dead; SIGCONT: it hears so, refutes with
+ * a higher incarnation and is alive again, the same process. */
+static void test_stopped_member_refutes(void **state)
+{
+    (void)state;
+    for (uint32_t id = 1; id <= N; id++)
+        assert_int_equal(wait_state(id, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    uint64_t inc = inc_of(0, 2);
+    struct prom p;
+    scrape(1, &p);
+    double refuted = prom_get(&p, "kvtier_cluster_refutations_total", "");
+    prom_free(&p);
+    kill(D[1].pid, SIGSTOP);
+    int dead = wait_state(2, KVTIER__PEER_STATE__PEER_DEAD, 1);
+    kill(D[1].pid, SIGCONT);
+    assert_int_equal(dead, 0);
+    assert_int_equal(wait_state(2, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(wait_state(1, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(wait_state(3, KVTIER__PEER_STATE__PEER_ALIVE, -1), 0);
+    assert_int_equal(inc_of(0, 2), inc); /* not a restart */
+    scrape(1, &p);
+    assert_true(prom_get(&p, "kvtier_cluster_refutations_total", "") > refuted);
+    prom_free(&p);
+    double susp = 0;
+    for (int i = 0; i < N; i += 2) { /* who suspected first may be either */
+        scrape(i, &p);
+        assert_true(prom_get(&p, "kvtier_cluster_false_deaths_total", "") >= 1);
+        susp += prom_get(&p, "kvtier_cluster_suspicions_total", "");
+        prom_free(&p);
+    }
+    assert_true(susp >= 1);
+}
+
+#undef url /* S's own below */
+/* A core thread that stalls (KVT_FAULT=cluster_stall) while messages pour
+ * in: the receive queue stops at cluster.rx_queue_max, the rest is dropped
+ * and counted, and the daemon still answers. */
+static void test_receive_queue_bounded(void **state)
+{
+    (void)state;
+    static struct tcluster S;
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    const char *extra[] = {"--cluster.rx_queue_max", "8", NULL};
+    tc_init(&S, 1);
+    setenv("KVT_FAULT", "cluster_stall=1+", 1);
+    int rc = tc_start(&S, 0, 2000, extra);
+    unsetenv("KVT_FAULT");
+    assert_int_equal(rc, 0);
+    nng_socket s;
+    assert_int_equal(tc_dial(&s, S.url[0], "node-5", 0), 0);
+    for (int i = 0; i < 200; i++) assert_int_equal(nng_send(s, (void *)junk, sizeof junk, 0), 0);
+    double dropped = 0;
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end && dropped < 1;) {
+        struct prom p;
+        scrape_of(&S.d[0], &p);
+        dropped = prom_get(&p, "kvtier_cluster_rx_queue_dropped_total", "");
+        prom_free(&p);
+    }
+    nng_close(s);
+    assert_true(dropped >= 1);
+    assert_int_equal(tc_teardown(&S), 0);
+}
+#define url T.url
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_see_each_other),
         cmocka_unit_test(test_rejects_strangers_and_junk),
         cmocka_unit_test(test_kill_and_rejoin),
+        cmocka_unit_test(test_leave_is_seen_left),
+        cmocka_unit_test(test_stopped_member_refutes),
+        cmocka_unit_test(test_receive_queue_bounded),
         cmocka_unit_test(test_ctl_peers_json),
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_off_without_listen),

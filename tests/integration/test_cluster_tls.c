@@ -379,14 +379,16 @@ static void test_rkey_only_after_proof(void **state)
     assert_true(have);          /* with the secret made for node 5 */
     assert_int_equal(rkeys, 0); /* and no rkey: node 5 has proven nothing yet */
 
-    /* Node 5 echoes the secret: proven, alive, and now given the rkey. */
+    /* Node 5 echoes the secret: proven, and now given the rkey. It is not
+     * ALIVE yet: liveness is the membership's (SWIM), which this raw node
+     * does not speak, so it stays JOINING -- known, its hello done. */
     Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
     pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT, pm.heartbeat = &hb;
     pm.auth_proof = (ProtobufCBinaryData){16, chal};
     assert_int_equal(push(&pm, "node-5"), 0);
     heard_from_node1(pull, 1500, &rkeys, chal, &have);
     assert_true(rkeys > 0);
-    assert_int_equal(member_of(0, 5, NULL, 0, NULL), KVTIER__PEER_STATE__PEER_ALIVE);
+    assert_int_equal(member_of(0, 5, NULL, 0, NULL), KVTIER__PEER_STATE__PEER_JOINING);
     nng_close(pull);
 }
 

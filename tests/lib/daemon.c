@@ -335,8 +335,9 @@ static int start_once(struct tcluster *c, int i, int fail_ms, const char *const 
     const char *argv[64] = {"--cluster.node_id", id, "--cluster.listen", c->url[i],
                             "--cluster.seeds", i ? c->url[c->seed[i]] : "",
                             "--cluster.heartbeat_ms", "100",
-                            "--cluster.failure_timeout_ms", fail};
-    int n = 10;
+                            "--cluster.failure_timeout_ms", fail,
+                            "--cluster.probe_ms", "200", "--cluster.probe_timeout_ms", "100"};
+    int n = 14;
     snprintf(id, sizeof id, "%d", i + 1);
     snprintf(fail, sizeof fail, "%d", fail_ms);
     snprintf(cert, sizeof cert, "node-%d", i + 1);
@@ -435,7 +436,8 @@ static int view_ok(struct tcluster *c, int i, int alive, int ucx)
     }
     int n = 0;
     for (size_t k = 0; k < r->peers->n_peers; k++)
-        n += r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_ALIVE;
+        n += r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_ALIVE ||
+             r->peers->peers[k]->state == KVTIER__PEER_STATE__PEER_SUSPECT; /* live */
     int ok = n == alive && (!ucx || r->peers->peer_tier);
     kvtier__response__free_unpacked(r, NULL);
     return ok;

@@ -50,7 +50,7 @@ int ops_metrics_base(const struct tdaemon *d, char *url, size_t len, int ms)
     if (!ops_wait_log(d, tag, ms)) return -1;
     FILE *f = fopen(d->log, "r");
     int found = 0;
-    while (f && !found && fgets(line, sizeof line, f)) {
+    while (f && fgets(line, sizeof line, f)) { /* the last: a restart logs anew */
         char *p = strstr(line, tag);
         if (!p) continue;
         p += strlen(tag);

@@ -6,21 +6,33 @@
  * dialled with nng's own reconnect, so a restarted peer is reached again
  * without help. Sends are non-blocking: a message for a member with no
  * connection is dropped, never queued behind a dead peer. nng's receive
- * callback only queues the message and writes an eventfd when the queue
- * goes from empty to non-empty (STYLE §7); the core thread decodes and
- * applies it, so the member table needs no lock.
+ * callback stamps each message with the time it ARRIVED, queues it
+ * (bounded: cluster.rx_queue_max, past it dropped and counted) and writes an eventfd
+ * when the queue goes from empty to non-empty (STYLE §7); the core thread
+ * decodes and applies it, so the member table needs no lock.
  *
- * Messages are kvtier.PeerMsg and name their sender (node id, control
- * url, incarnation = its start time). A Join is accepted from anyone with
- * a well-formed identity: that is how a node enters. Any other message
+ * Who is alive is the membership backend's business (member.h, picked by
+ * cluster.membership): swim.c (default; its datagrams ride in PeerMsg.swim
+ * over these same sockets and go to mb_receive with their arrival stamp)
+ * or etcd.c (a lease and a watch). Its change callback drives this
+ * table: a member known to it is dialled, one it holds alive or suspect
+ * AND that has done the pairwise hello below is ALIVE here, dead or left
+ * is DEAD or LEFT (its UCX endpoint is dropped), and a reaped one leaves
+ * the table. The global index hears only transitions of that live set
+ * (gx_membership). Nothing is sent to every member on a timer: the cost
+ * per node is the backend's (SWIM: one probe per period).
+ *
+ * The pairwise hello: Join until the pair has proven its ids to each
+ * other (below), then Heartbeats only until the peer holds a UCX endpoint
+ * to us. Both carry the sender's identity (node id, control url,
+ * incarnation = its start time); a Join is accepted from anyone with a
+ * well-formed identity (a Join is how a node enters). Any other message
  * from a sender not in the table (id and url both) is refused with a log
  * line and a counter, as is anything that does not decode; neither
- * changes the table. A member heard from is ALIVE; one silent for
- * cluster.failure_timeout_ms is DEAD; a new incarnation, or a dead member
- * heard again, is a rejoin. Every such change bumps the epoch. Heartbeats
- * carry the sender's live members (new ids are learned from them and sent
- * a Join) and echo the last send time heard from the receiver, giving the
- * round trip without a second message.
+ * changes the table. A newer incarnation is a restart: the member's
+ * endpoint is dropped and the index told it lost everything. The round
+ * trip is measured on every membership datagram (PeerSwim echoes the last
+ * send time heard from the receiver).
  *
  * Identity (cluster.tls_*, the default): the control channel is nng's
  * tls+tcp with mutual authentication against cluster.tls_ca, so nothing
@@ -37,8 +49,13 @@
  * address moves only on a proven message, or while it is not alive (the
  * new address is dialled with N's name required, so only N can answer
  * there). The UCX rkey, worker address and pool base go only to members
- * that proved their id. cluster.insecure = 1 keeps plain tcp, where every
- * claim is believed: a warning in the log, kvtierctl peers and metrics.
+ * that proved their id, in the hello, never in membership metadata.
+ * Membership datagrams are accepted only from a sender proven this way
+ * whose SwimMsg names the same id and url, and are sent only to members
+ * whose secret we hold (others would refuse them): gossip cannot be
+ * injected under another member's id. cluster.insecure = 1 keeps plain
+ * tcp, where every claim is believed: a warning in the log, kvtierctl
+ * peers and metrics.
  */
 #include "cluster.h"
 
@@ -47,19 +64,24 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "cluster_int.h"
+#include "etcd.h"
 #include "fault.h"
 #include "nngclose.h"
 #include "peer.h"
+#include "swim.h"
 #include "tlsconf.h"
 
 /* ns on the monotonic clock (heartbeat round trips, incarnations). */
@@ -68,6 +90,13 @@ static uint64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The membership's clock (and the receive stamps): ms, CLOCK_MONOTONIC,
+ * the clock of the timerfd that wakes it. */
+static uint64_t mono_ms(void)
+{
+    return mono_ns() / 1000000;
 }
 
 /* ------------------------------------------------------------ receiving */
@@ -79,11 +108,22 @@ static void recv_cb(void *arg)
         if (!c->closing) nng_recv_aio(c->pull, c->aio);
         return;
     }
+    nng_msg *msg = nng_aio_get_msg(c->aio);
+    uint64_t rx = mono_ms();
+    pthread_mutex_lock(&c->q_mtx);
+    if (c->q_len >= c->q_max) { /* the core thread is this far behind */
+        c->q_drops++;
+        pthread_mutex_unlock(&c->q_mtx);
+        nng_msg_free(msg);
+        if (!c->closing) nng_recv_aio(c->pull, c->aio);
+        return;
+    }
     struct qmsg *q = malloc(sizeof *q);
     if (!q) abort(); /* control-plane allocation */
-    q->m = nng_aio_get_msg(c->aio);
+    q->m = msg;
+    q->rx_ms = rx;
     q->next = NULL;
-    pthread_mutex_lock(&c->q_mtx);
+    c->q_len++;
     int was_empty = c->q_head == NULL;
     if (c->q_tail) c->q_tail->next = q;
     else c->q_head = q;
@@ -105,23 +145,36 @@ static struct qmsg *take_all(struct cluster *c)
     pthread_mutex_lock(&c->q_mtx);
     struct qmsg *q = c->q_head;
     c->q_head = c->q_tail = NULL;
+    c->q_len = 0;
     pthread_mutex_unlock(&c->q_mtx);
     return q;
 }
 
 /* -------------------------------------------------------------- members */
 
+/* O(1) for members the backend knows (their record points here); a scan
+ * for the rest (a node heard only through its Join so far, or unknown). */
 struct member *cl_find(struct cluster *c, uint32_t id)
 {
+    const struct mb_member *b = c->mb && id ? mb_find(c->mb, id) : NULL;
+    if (b && b->user && b->id != c->self_id) return b->user;
     for (uint32_t i = 0; i < c->n; i++)
-        if (c->m[i].id == id) return &c->m[i];
+        if (c->m[i].id == id && !c->m[i].gone) return &c->m[i];
+    return NULL;
+}
+
+static struct member *find_addr(struct cluster *c, const char *addr)
+{
+    for (uint32_t i = 0; i < c->n; i++)
+        if (!c->m[i].gone && !strcmp(c->m[i].addr, addr)) return &c->m[i];
     return NULL;
 }
 
 static struct member *find_seed(struct cluster *c, const char *addr)
 {
     for (uint32_t i = 0; i < c->n; i++)
-        if (c->m[i].id == 0 && !strcmp(c->m[i].addr, addr)) return &c->m[i];
+        if (c->m[i].id == 0 && !c->m[i].gone && !strcmp(c->m[i].addr, addr))
+            return &c->m[i];
     return NULL;
 }
 
@@ -217,6 +270,7 @@ static const char *state_name(int s)
     case KVTIER__PEER_STATE__PEER_JOINING: return "joining";
     case KVTIER__PEER_STATE__PEER_ALIVE: return "alive";
     case KVTIER__PEER_STATE__PEER_DEAD: return "dead";
+    case KVTIER__PEER_STATE__PEER_LEFT: return "left";
     default: return "none";
     }
 }
@@ -237,10 +291,10 @@ static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
     pm->ucx_rkey = (ProtobufCBinaryData){rl, (uint8_t *)r};
 }
 
-void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
+int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
-    if (!m) return;
+    if (!m) return -1;
     attach_ucx(c, m, pm);
     if (c->tls && m->named) pm->auth_chal = (ProtobufCBinaryData){CL_TOK, m->chal};
     if (c->tls && m->have_proof)
@@ -251,13 +305,14 @@ void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
     pm->sent_ns = mono_ns();
     size_t len = kvtier__peer_msg__get_packed_size(pm);
     nng_msg *msg;
-    if (!m->open || nng_msg_alloc(&msg, len) != 0) return;
+    if (!m->open || nng_msg_alloc(&msg, len) != 0) return -1;
     kvtier__peer_msg__pack(pm, nng_msg_body(msg));
     if (nng_sendmsg(m->push, msg, NNG_FLAG_NONBLOCK) != 0) {
         nng_msg_free(msg);
-        return;
+        return -1;
     }
     m->bytes_out += len;
+    return 0;
 }
 
 static void send_join(struct cl_ctx *d, struct member *m)
@@ -270,25 +325,12 @@ static void send_join(struct cl_ctx *d, struct member *m)
     cl_send(d, m, &pm);
 }
 
+/* The hello's second half: our UCX identity (attach_ucx) and an echo for
+ * the round trip. No member list: who is a member is the backend's. */
 static void send_heartbeat(struct cl_ctx *d, struct member *to)
 {
-    struct cluster *c = d->cl;
     Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
     Kvtier__PeerHeartbeat hb = KVTIER__PEER_HEARTBEAT__INIT;
-    Kvtier__PeerMember *mv = calloc(c->n + 1, sizeof *mv);
-    Kvtier__PeerMember **mp = calloc(c->n + 1, sizeof *mp);
-    if (!mv || !mp) abort();
-    for (uint32_t i = 0; i < c->n; i++) {
-        const struct member *m = &c->m[i];
-        if (m->state != KVTIER__PEER_STATE__PEER_ALIVE) continue;
-        kvtier__peer_member__init(&mv[hb.n_members]);
-        mv[hb.n_members].node_id = m->id;
-        mv[hb.n_members].addr = (char *)m->addr;
-        mv[hb.n_members].incarnation = m->inc;
-        mp[hb.n_members] = &mv[hb.n_members];
-        hb.n_members++;
-    }
-    hb.members = mp;
     if (to->echo_ns) {
         hb.echo_ns = to->echo_ns;
         hb.held_ns = mono_ns() - to->echo_rx_ns;
@@ -296,8 +338,47 @@ static void send_heartbeat(struct cl_ctx *d, struct member *to)
     pm.body_case = KVTIER__PEER_MSG__BODY_HEARTBEAT;
     pm.heartbeat = &hb;
     cl_send(d, to, &pm);
-    free(mv);
-    free(mp);
+}
+
+/* 1 once m and this node have proven their ids to each other (over TLS:
+ * it echoed our secret and we hold its secret, so what we send it is
+ * accepted); plain tcp: once heard from. */
+static int hello_done(const struct cluster *c, const struct member *m)
+{
+    return m->id && m->proven && (!c->tls || m->have_proof);
+}
+
+/* The transport of the membership backend (mb_env.send): one PeerSwim to
+ * the member at addr, only when it would be accepted there. */
+static int env_send(void *ctx, const char *addr, const void *buf, size_t len)
+{
+    struct cl_ctx *d = ctx;
+    struct member *m = find_addr(d->cl, addr);
+    if (!m || !hello_done(d->cl, m)) return -1; /* the hello comes first */
+    Kvtier__PeerMsg pm = KVTIER__PEER_MSG__INIT;
+    Kvtier__PeerSwim sw = KVTIER__PEER_SWIM__INIT;
+    sw.msg = (ProtobufCBinaryData){len, (uint8_t *)buf};
+    if (m->echo_ns) {
+        sw.echo_ns = m->echo_ns;
+        sw.held_ns = mono_ns() - m->echo_rx_ns;
+    }
+    pm.body_case = KVTIER__PEER_MSG__BODY_SWIM;
+    pm.swim = &sw;
+    return cl_send(d, m, &pm);
+}
+
+static uint64_t env_now(void *ctx)
+{
+    (void)ctx;
+    return mono_ms();
+}
+
+static uint64_t env_rand(void *ctx)
+{
+    uint64_t v;
+    (void)ctx;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) v = mono_ns() * 0x9e3779b97f4a7c15ull;
+    return v;
 }
 
 /* ------------------------------------------------------------- applying */
@@ -329,24 +410,50 @@ static void set_state(struct cl_ctx *d, struct member *m, int st, const char *wh
              (unsigned long long)(c->epoch + 1));
     int was_alive = m->state == KVTIER__PEER_STATE__PEER_ALIVE;
     m->state = st;
-    if (st == KVTIER__PEER_STATE__PEER_ALIVE) m->alive_ms = cl_clock(d);
+    if (st == KVTIER__PEER_STATE__PEER_ALIVE) {
+        m->alive_ms = cl_clock(d);
+        m->joins++;
+    }
     c->epoch++;
     if (was_alive || st == KVTIER__PEER_STATE__PEER_ALIVE)
         gx_membership(d, m->id, st == KVTIER__PEER_STATE__PEER_ALIVE);
+    if (was_alive) pg_member_down(d, m);
 }
 
-/* The sender is m and spoke: alive, a rejoin if its incarnation moved. */
+/* m's state here from the backend's record and the hello: alive or
+ * suspect there and the hello done is ALIVE; dead or left there is DEAD
+ * or LEFT; unknown there (or reaped) is no longer ALIVE. */
+static void recompute(struct cl_ctx *d, struct member *m, const char *why)
+{
+    const struct mb_member *b = m->mbm;
+    int st = m->state;
+    if (!b) {
+        if (st == KVTIER__PEER_STATE__PEER_ALIVE) st = KVTIER__PEER_STATE__PEER_DEAD;
+    } else if (b->state == MB_ALIVE || b->state == MB_SUSPECT) {
+        if (hello_done(d->cl, m)) st = KVTIER__PEER_STATE__PEER_ALIVE;
+    } else {
+        st = b->state == MB_LEFT ? KVTIER__PEER_STATE__PEER_LEFT
+                                 : KVTIER__PEER_STATE__PEER_DEAD;
+    }
+    set_state(d, m, st, why);
+}
+
+/* The sender is m and spoke; a newer incarnation is a restart. */
 static void heard(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
                   size_t len)
 {
+    struct cluster *c = d->cl;
     uint64_t now = cl_clock(d);
     int rejoin = m->inc != 0 && pm->incarnation > m->inc;
     m->proven = 1;
-    if (rejoin || m->state != KVTIER__PEER_STATE__PEER_ALIVE) {
-        if (rejoin) pg_member_down(d, m); /* its UCX endpoint is stale */
-        if (rejoin) m->state = KVTIER__PEER_STATE__PEER_DEAD; /* forces a change */
-        m->joins++;
-        set_state(d, m, KVTIER__PEER_STATE__PEER_ALIVE, rejoin ? "restarted" : "heard");
+    if (rejoin) {
+        pg_member_down(d, m); /* its UCX endpoint is stale */
+        if (cl_alive(m)) { /* it lost its index: a JOIN again (gidx.c) */
+            log_info("cluster", "member %u (%s): restarted; epoch %llu", (unsigned)m->id,
+                     m->addr, (unsigned long long)++c->epoch);
+            m->joins++;
+            gx_membership(d, m->id, 1);
+        }
     }
     m->inc = pm->incarnation;
     m->last_heard_ms = now;
@@ -361,34 +468,34 @@ static int valid_addr(const struct cluster *c, const char *a)
     return a && !strncmp(a, c->scheme, n) && strlen(a) > n && strlen(a) < CL_ADDR_MAX;
 }
 
-/* Members the sender holds alive: learn the ids we lack. */
-static void learn(struct cl_ctx *d, const Kvtier__PeerHeartbeat *hb)
-{
-    struct cluster *c = d->cl;
-    for (size_t i = 0; i < hb->n_members; i++) {
-        const Kvtier__PeerMember *pm = hb->members[i];
-        if (!pm->node_id || pm->node_id == c->self_id || !valid_addr(c, pm->addr))
-            continue;
-        struct member *m = cl_find(c, pm->node_id);
-        if (m) continue;
-        if ((m = find_seed(c, pm->addr))) {
-            member_named(d, m, pm->node_id);
-            m->inc = pm->incarnation;
-        } else if ((m = member_add(d, pm->node_id, pm->addr, pm->incarnation))) {
-            log_info("cluster", "learned member %u (%s)", (unsigned)m->id, m->addr);
-        }
-        if (m) send_join(d, m);
-    }
-}
-
-static void on_heartbeat(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
+static void on_heartbeat(struct member *m, const Kvtier__PeerMsg *pm)
 {
     const Kvtier__PeerHeartbeat *hb = pm->heartbeat;
     if (hb->echo_ns && hb->echo_ns <= mono_ns()) {
         uint64_t rt = mono_ns() - hb->echo_ns;
         m->rtt_us = (rt > hb->held_ns ? rt - hb->held_ns : 0) / 1000;
     }
-    learn(d, hb);
+}
+
+/* A membership datagram from m (proven): its SwimMsg must speak for the
+ * same id and url, then it goes to the backend with its arrival time. */
+static void on_swim(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
+                    uint64_t rx_ms)
+{
+    struct cluster *c = d->cl;
+    const Kvtier__PeerSwim *sw = pm->swim;
+    Kvtier__SwimMsg *sm = kvtier__swim_msg__unpack(NULL, sw->msg.len, sw->msg.data);
+    if (!sm || sm->from != m->id || strcmp(sm->from_addr, m->addr) != 0) {
+        cl_reject(c, pm, sm ? "membership message for another member" : "bad membership message");
+        if (sm) kvtier__swim_msg__free_unpacked(sm, NULL);
+        return;
+    }
+    kvtier__swim_msg__free_unpacked(sm, NULL);
+    if (sw->echo_ns && sw->echo_ns <= mono_ns()) {
+        uint64_t rt = mono_ns() - sw->echo_ns;
+        m->rtt_us = (rt > sw->held_ns ? rt - sw->held_ns : 0) / 1000;
+    }
+    if (c->mb) mb_receive(c->mb, sw->msg.data, sw->msg.len, rx_ms);
 }
 
 /* May a Join naming m move it to another address? Plain tcp: a newer
@@ -506,7 +613,7 @@ static void on_join_from_alive(struct cl_ctx *d, struct member *m)
 }
 
 static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm,
-                     int was_alive)
+                     int was_alive, int first, uint64_t rx_ms)
 {
     learn_ucx(d, m, pm);
     switch (pm->body_case) {
@@ -515,10 +622,11 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
         else send_heartbeat(d, m);
         break;
     case KVTIER__PEER_MSG__BODY_HEARTBEAT:
-        on_heartbeat(d, m, pm);
+        on_heartbeat(m, pm);
         /* Just proven: our UCX identity goes back now, not a tick later */
-        if (!was_alive && d->cl->tls) send_heartbeat(d, m);
+        if (first && d->cl->tls) send_heartbeat(d, m);
         break;
+    case KVTIER__PEER_MSG__BODY_SWIM: on_swim(d, m, pm, rx_ms); break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_WHO_HAS: gx_on_who_has(d, m, pm); break;
     case KVTIER__PEER_MSG__BODY_HOLDERS: gx_on_holders(d, m, pm); break;
@@ -529,7 +637,21 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
     }
 }
 
-void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
+/* A node that knows no live member (started without seeds, or restarted
+ * so) takes the first member it completes a hello with as its seed:
+ * SWIM's join sync goes there. */
+static void know_first(struct cl_ctx *d, struct member *m)
+{
+    struct cluster *c = d->cl;
+    if (!c->mb || m->gone || m->mbm || !hello_done(c, m) || mb_live(c->mb) ||
+        strcmp(mb_backend_name(c->mb), "swim") != 0 || c->seeded >= 8)
+        return;
+    const char *a = m->addr;
+    c->seeded++;
+    mb_join(c->mb, &a, 1);
+}
+
+static void apply_at(struct cl_ctx *d, const uint8_t *buf, size_t len, uint64_t rx_ms)
 {
     struct cluster *c = d->cl;
     Kvtier__PeerMsg *pm = kvtier__peer_msg__unpack(NULL, len, buf);
@@ -557,52 +679,174 @@ void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
     } else if ((why = gx_check(d, m, pm)) || (why = pg_check(d, m, pm))) {
         cl_reject(c, pm, why);
     } else {
-        int was_alive = cl_alive(m) && pm->incarnation == m->inc;
+        int was_alive = cl_alive(m) && pm->incarnation == m->inc, first = !m->proven;
         heard(d, m, pm, len);
-        dispatch(d, m, pm, was_alive);
+        dispatch(d, m, pm, was_alive, first, rx_ms);
+        if (!m->gone && !cl_alive(m)) recompute(d, m, "hello done"); /* maybe now */
+        know_first(d, m);
     }
     kvtier__peer_msg__free_unpacked(pm, NULL);
 }
 
+void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len)
+{
+    apply_at(d, buf, len, mono_ms());
+}
+
+static void mb_drive(struct cl_ctx *d);
+
+/* Messages, then the membership's timers (what arrived may move them;
+ * the timerfd in cluster_fd's set wakes this too). */
 void cluster_poll(struct cl_ctx *d)
 {
     if (!d->cl) return;
+    if (fault_hit(FAULT_CLUSTER_STALL)) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
     struct qmsg *q = take_all(d->cl);
     while (q) {
         struct qmsg *next = q->next;
-        cl_apply(d, nng_msg_body(q->m), nng_msg_len(q->m));
+        apply_at(d, nng_msg_body(q->m), nng_msg_len(q->m), q->rx_ms);
         nng_msg_free(q->m);
         free(q);
         q = next;
     }
+    mb_drive(d);
 }
 
-/* ------------------------------------------------------------- the tick */
+/* ------------------------------------------------------- the membership */
+
+/* Every member's metadata is its start time (PeerMsg.incarnation, 8 bytes
+ * little-endian): no secrets, no rkeys. One newer than the process we did
+ * the hello with is a restart: that hello no longer holds (its secrets are
+ * new), so the member is not ALIVE here until it is done again -- and the
+ * restart is counted once, when it is. */
+static void boot_check(struct member *m, const struct mb_member *b)
+{
+    uint64_t boot = 0;
+    if (b->meta_len != 8) return;
+    for (int i = 7; i >= 0; i--) boot = boot << 8 | b->meta[i];
+    if (!m->inc || boot <= m->inc) return;
+    m->proven = m->have_proof = 0;
+}
+
+/* The backend's change callback (member.h): it may not call mb_tick and
+ * friends, and apply() may hold a struct member across it, so a reaped
+ * member is only marked here and leaves the table at the next tick. */
+static void on_mb(void *arg, struct mb *mb, struct mb_member *b, enum mb_event ev,
+                  enum mb_state old)
+{
+    struct cl_ctx *d = arg;
+    struct cluster *c = d->cl;
+    struct member *m = b->user;
+    (void)mb, (void)old;
+    if (c->closing) return;
+    if (ev == MB_EV_GONE) {
+        if (!m) return;
+        b->user = NULL;
+        m->mbm = NULL;
+        recompute(d, m, "reaped");
+        m->gone = 1;
+        return;
+    }
+    if (!m && !(m = cl_find(c, b->id)) && (m = find_seed(c, b->addr)))
+        member_named(d, m, b->id);
+    if (!m && !(m = member_add(d, b->id, b->addr, 0))) return; /* table full */
+    m->mbm = b;
+    b->user = m;
+    boot_check(m, b);
+    /* A member not alive here may move: the new address is dialled with
+     * its name required (TLS), so only it can answer there. */
+    if (strcmp(m->addr, b->addr) != 0 && !cl_alive(m)) member_move(d, m, b->addr);
+    recompute(d, m, mb_event_name(ev));
+}
+
+/* Drop the members marked gone (no pointer into the table is held
+ * between calls); the last entry fills the hole. */
+static void compact(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    for (uint32_t i = 0; i < c->n;) {
+        struct member *m = &c->m[i];
+        if (!m->gone) {
+            i++;
+            continue;
+        }
+        pg_member_down(d, m);
+        member_undial(m);
+        log_info("cluster", "member %u (%s) forgotten", (unsigned)m->id, m->addr);
+        if (i != c->n - 1) {
+            *m = c->m[c->n - 1];
+            if (m->mbm) m->mbm->user = m;
+        }
+        c->n--;
+    }
+}
+
+/* When the backend's timers want to run next: swim says; etcd has none
+ * (its worker's events are picked up every 50 ms). Never busy-loops. */
+static uint64_t mb_due(struct cluster *c, uint64_t now)
+{
+    uint64_t due = mb_next_tick(c->mb);
+    if (!strcmp(mb_backend_name(c->mb), "etcd")) due = now + 50;
+    return due < now + 2 ? now + 2 : due;
+}
+
+/* Run the backend's timers when due and re-arm the timer that wakes the
+ * core for the next ones. A refutation means some member took this node
+ * for suspect or dead (maybe dropping what it holds as an owner): tell
+ * every live member again what it owns. */
+static void mb_drive(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    if (!c->mb) return;
+    uint64_t now = mono_ms(), v;
+    ssize_t r = read(c->tfd, &v, sizeof v);
+    (void)r;
+    if (now >= c->mb_due) mb_tick(c->mb, now);
+    c->mb_due = mb_due(c, now);
+    struct itimerspec it = {{0, 0}, {(time_t)(c->mb_due / 1000),
+                                     (long)(c->mb_due % 1000) * 1000000L}};
+    timerfd_settime(c->tfd, TFD_TIMER_ABSTIME, &it, NULL);
+    const struct mb_stats *st = mb_stats(c->mb);
+    if (st->refutations == c->refutations) return;
+    c->refutations = st->refutations;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (cl_alive(&c->m[i])) gx_republish(d, c->m[i].id);
+}
+
+/* The hello, repeated every cluster.heartbeat_ms until done: Joins to a
+ * seed, to a node heard only through its Join, and to a member the backend
+ * holds live, while the hello is not done; then Heartbeats until it holds
+ * a UCX endpoint to us. Joins also go to members held dead until they are
+ * reaped: a dead member may have restarted knowing nobody (no seeds), and
+ * a Join is the one message it accepts from us. Nothing to members that
+ * left. */
+static void hello_tick(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    uint64_t now = cl_clock(d);
+    if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
+    c->last_hb_ms = now;
+    for (uint32_t i = 0; i < c->n; i++) {
+        struct member *m = &c->m[i];
+        int live = m->mbm && (m->mbm->state == MB_ALIVE || m->mbm->state == MB_SUSPECT);
+        if (m->gone || (m->mbm && !live && m->mbm->state == MB_LEFT)) continue;
+        if (!hello_done(c, m) || (m->mbm && !live)) send_join(d, m);
+        else if (c->pt && !m->ucx_acked) send_heartbeat(d, m);
+    }
+}
 
 void cluster_tick(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     if (!c) return;
-    uint64_t now = cl_clock(d);
-    for (uint32_t i = 0; i < c->n; i++) {
-        struct member *m = &c->m[i];
-        if (m->state != KVTIER__PEER_STATE__PEER_ALIVE ||
-            now - m->last_heard_ms <= d->cfg.cluster_failure_ms)
-            continue;
-        set_state(d, m, KVTIER__PEER_STATE__PEER_DEAD, "silent");
-        pg_member_down(d, m);
-    }
+    compact(d);
+    mb_drive(d);
     gx_tick(d);
     pg_tick(d);
-    if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
-    c->last_hb_ms = now;
-    for (uint32_t i = 0; i < c->n; i++) {
-        struct member *m = &c->m[i];
-        /* A dead member may have restarted knowing nobody: a Join is the
-         * one message it accepts from us. */
-        if (m->state == KVTIER__PEER_STATE__PEER_ALIVE) send_heartbeat(d, m);
-        else send_join(d, m);
-    }
+    hello_tick(d);
 }
 
 /* ------------------------------------------------------------ open/close */
@@ -698,6 +942,70 @@ struct tier *cluster_tier(const struct cl_ctx *d)
 }
 
 
+/* The backend named by cluster.membership, with the [cluster] knobs. */
+static struct mb *mb_open(struct cl_ctx *d, const char **why)
+{
+    struct cluster *c = d->cl;
+    const struct cl_conf *k = &d->cfg;
+    struct mb_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.self_id = c->self_id;
+    cfg.self_addr = c->self_addr;
+    cfg.inc = c->inc;
+    uint8_t boot[8];
+    for (int i = 0; i < 8; i++) boot[i] = (uint8_t)(c->inc >> (8 * i));
+    cfg.meta = boot;
+    cfg.meta_len = sizeof boot;
+    cfg.probe_ms = (uint32_t)k->cluster_probe_ms;
+    cfg.probe_timeout_ms = (uint32_t)k->cluster_probe_timeout_ms;
+    cfg.suspicion_mult = (uint32_t)k->cluster_suspicion_mult;
+    cfg.reap_ms = (uint32_t)k->cluster_reap_ms;
+    cfg.service_url = k->cluster_etcd_endpoints;
+    cfg.service_prefix = k->cluster_etcd_prefix;
+    cfg.lease_ms = (uint32_t)(k->cluster_etcd_lease_s * 1000);
+    cfg.on_change = on_mb;
+    cfg.on_change_arg = d;
+    cfg.env = (struct mb_env){d, env_send, env_now, env_rand};
+    int etcd = !strcmp(k->cluster_membership, "etcd");
+    return mb_create(etcd ? &etcd_ops : &swim_ops, &cfg, why);
+}
+
+/* Start the membership: swim contacts the seeds (its syncs go once the
+ * hello with each is done), etcd registers and watches. */
+static int mb_start(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    const char *why = NULL, *seeds[CL_MAX_MEMBERS];
+    size_t n = 0;
+    if (!(c->mb = mb_open(d, &why))) {
+        log_error("cluster", "membership %s: %s", d->cfg.cluster_membership,
+                  why ? why : "cannot start");
+        return -1;
+    }
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->m[i].id == 0) seeds[n++] = c->m[i].addr;
+    if (mb_join(c->mb, n ? seeds : NULL, n) != 0)
+        log_warn("cluster", "membership %s: join did not start; retrying in the background",
+                 d->cfg.cluster_membership);
+    mb_drive(d);
+    return 0;
+}
+
+/* cluster_fd: one epoll set of the queue's eventfd and the membership's
+ * timerfd, so the core needs one fd and cluster_poll serves both. */
+static int poll_set(struct cluster *c)
+{
+    struct epoll_event e1 = {.events = EPOLLIN, .data.fd = c->efd};
+    struct epoll_event e2 = {.events = EPOLLIN, .data.fd = c->tfd};
+    if (c->ep < 0 || c->efd < 0 || c->tfd < 0 ||
+        epoll_ctl(c->ep, EPOLL_CTL_ADD, c->efd, &e1) != 0 ||
+        epoll_ctl(c->ep, EPOLL_CTL_ADD, c->tfd, &e2) != 0) {
+        log_error("cluster", "eventfd/timerfd/epoll: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int cluster_open(struct cl_ctx *d)
 {
     if (!d->cfg.cluster_listen[0]) return 0;
@@ -707,7 +1015,10 @@ int cluster_open(struct cl_ctx *d)
     c->obj.ops = &cl_tier_ops;
     c->d = d;
     c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    c->ep = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&c->q_mtx, NULL);
+    c->q_max = d->cfg.cluster_rx_queue_max ? d->cfg.cluster_rx_queue_max : 16384;
     c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m);
     if (!c->m) abort();
     c->self_id = (uint32_t)d->cfg.cluster_node_id;
@@ -720,23 +1031,19 @@ int cluster_open(struct cl_ctx *d)
         log_warn("cluster", "cluster.insecure = 1: plain tcp without authentication; "
                  "anyone who reaches %s can join, read the pool and poison the index",
                  c->self_addr);
-    if (c->efd < 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX || listen_pull(d) != 0) {
-        if (c->efd < 0) log_error("cluster", "eventfd: %s", strerror(errno));
+    if (poll_set(c) != 0 || strlen(d->cfg.cluster_listen) >= CL_ADDR_MAX ||
+        listen_pull(d) != 0)
         return -1;
-    }
     add_seeds(d);
-    if (strcmp(d->cfg.cluster_membership, "swim") != 0) /* etcd.c: built, not wired yet */
-        log_warn("cluster", "cluster.membership = %s is not used by this cluster layer yet; "
-                 "members are found through seeds and heartbeats", d->cfg.cluster_membership);
-    if (gx_open(d) != 0 || pg_open(d) != 0) return -1;
-    log_info("cluster", "node %u listening on %s; %u seed(s)", (unsigned)c->self_id,
-             c->self_addr, (unsigned)c->n);
+    if (gx_open(d) != 0 || pg_open(d) != 0 || mb_start(d) != 0) return -1;
+    log_info("cluster", "node %u listening on %s; %u seed(s); membership %s",
+             (unsigned)c->self_id, c->self_addr, (unsigned)c->n, mb_backend_name(c->mb));
     return 0;
 }
 
 int cluster_fd(const struct cl_ctx *d)
 {
-    return d->cl ? d->cl->efd : -1;
+    return d->cl ? d->cl->ep : -1;
 }
 
 /* The pull socket and every member's push socket, closed within
@@ -773,11 +1080,16 @@ void cluster_close(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     if (!c) return;
-    if (gx_leave(d) > 0) { /* let the hand-off leave before the sockets close */
+    /* Owners hand off, then the Leave is gossiped (etcd: put-left and
+     * revoke), and both get 100 ms to leave before the sockets close. */
+    int handed = gx_leave(d) > 0, left = c->mb && mb_leave(c->mb) == 0;
+    if (handed || left) {
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
     }
     c->closing = 1;
+    mb_destroy(c->mb); /* its GONE callbacks see closing and do nothing */
+    c->mb = NULL;
     pg_close(d); /* answers parked GETs */
     gx_close(d); /* answers parked lookups */
     pg_free(d);
@@ -792,6 +1104,8 @@ void cluster_close(struct cl_ctx *d)
         q = next;
     }
     if (c->efd >= 0) close(c->efd);
+    if (c->tfd >= 0) close(c->tfd);
+    if (c->ep >= 0) close(c->ep);
     pthread_mutex_destroy(&c->q_mtx);
     free(c->m);
     free(c);
@@ -806,6 +1120,8 @@ static void fill_peer(struct cl_ctx *d, const struct member *m, Kvtier__PeerInfo
     p->node_id = m->id;
     p->addr = (char *)m->addr;
     p->state = (Kvtier__PeerState)m->state;
+    if (cl_alive(m) && m->mbm && m->mbm->state == MB_SUSPECT)
+        p->state = KVTIER__PEER_STATE__PEER_SUSPECT;
     p->incarnation = m->inc;
     p->rtt_us = m->rtt_us;
     p->bytes_in = m->bytes_in;
@@ -825,7 +1141,9 @@ void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp)
     pr->enabled = 1;
     pr->node_id = c->self_id;
     pr->addr = c->self_addr;
-    pr->epoch = c->epoch;
+    /* swim: this node's count of changes; etcd: the revision, the same on
+     * every node */
+    pr->epoch = c->mb && !strcmp(mb_backend_name(c->mb), "etcd") ? mb_epoch(c->mb) : c->epoch;
     pr->incarnation = c->inc;
     pr->rejected = c->rejected;
     pr->insecure = !c->tls;
@@ -835,8 +1153,10 @@ void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp)
     pr->peers = d->host->req_alloc(r, (c->n + 1) * sizeof *pr->peers);
     Kvtier__PeerInfo *pv = d->host->req_alloc(r, (c->n + 1) * sizeof *pv);
     for (uint32_t i = 0; i < c->n; i++) {
-        fill_peer(d, &c->m[i], &pv[i]);
-        pr->peers[pr->n_peers++] = &pv[i];
+        if (c->m[i].gone) continue;
+        fill_peer(d, &c->m[i], &pv[pr->n_peers]);
+        pr->peers[pr->n_peers] = &pv[pr->n_peers];
+        pr->n_peers++;
     }
 }
 
@@ -854,4 +1174,93 @@ int cluster_security(const struct cl_ctx *d, uint64_t *unproven)
 {
     *unproven = d->cl ? d->cl->unproven : 0;
     return d->cl && !d->cl->tls;
+}
+
+/* ------------------------------------------------------------- /metrics */
+
+struct mtext {
+    char *p;
+    size_t len, cap;
+};
+
+static void mt_printf(struct mtext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mt_printf(struct mtext *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = 2 * t->cap + (size_t)n;
+        if (!(t->p = realloc(t->p, t->cap))) abort(); /* control-plane allocation */
+    }
+}
+
+static void mt_family(struct mtext *t, const char *name, const char *type, const char *help)
+{
+    mt_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Messages and bytes by type and direction, from the backend's counters. */
+static void mt_traffic(struct mtext *t, const struct mb_stats *st)
+{
+    static const char *const dir[2] = {"tx", "rx"};
+    mt_family(t, "kvtier_cluster_membership_messages_total", "counter",
+              "Membership messages by type and direction.");
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < MB_NMSGS; i++)
+            mt_printf(t, "kvtier_cluster_membership_messages_total{type=\"%s\",dir=\"%s\"} %llu\n",
+                      mb_msg_name(i), dir[k],
+                      (unsigned long long)(st ? (k ? st->msgs_rx[i] : st->msgs_tx[i]) : 0));
+    mt_family(t, "kvtier_cluster_membership_bytes_total", "counter",
+              "Membership bytes by message type and direction.");
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < MB_NMSGS; i++)
+            mt_printf(t, "kvtier_cluster_membership_bytes_total{type=\"%s\",dir=\"%s\"} %llu\n",
+                      mb_msg_name(i), dir[k],
+                      (unsigned long long)(st ? (k ? st->bytes_rx[i] : st->bytes_tx[i]) : 0));
+}
+
+static void mt_one(struct mtext *t, const char *name, const char *type, const char *help,
+                   uint64_t v)
+{
+    mt_family(t, name, type, help);
+    mt_printf(t, "%s %llu\n", name, (unsigned long long)v);
+}
+
+char *cluster_metrics(const struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    const struct mb_stats *st = c && c->mb ? mb_stats(c->mb) : NULL;
+    struct mtext t = {NULL, 0, 0};
+    uint64_t drops = 0;
+    t.cap = 4096;
+    if (!(t.p = malloc(t.cap))) abort();
+    t.p[0] = '\0';
+    mt_family(&t, "kvtier_peers", "gauge",
+              "Cluster members by state in this node's membership view (itself excluded).");
+    for (int s = 0; s < MB_NSTATES; s++)
+        mt_printf(&t, "kvtier_peers{state=\"%s\"} %llu\n", mb_state_name(s),
+                  (unsigned long long)(st ? st->members[s] : 0));
+    mt_one(&t, "kvtier_cluster_suspicions_total", "counter",
+           "Times this node suspected a member.", st ? st->suspicions : 0);
+    mt_one(&t, "kvtier_cluster_refutations_total", "counter",
+           "Times this node refuted a suspicion or death of itself.", st ? st->refutations : 0);
+    mt_one(&t, "kvtier_cluster_false_deaths_total", "counter",
+           "Members this node held dead that came back with a newer incarnation.",
+           st ? st->false_deaths : 0);
+    mt_traffic(&t, st);
+    if (c) {
+        pthread_mutex_lock(&c->q_mtx);
+        drops = c->q_drops;
+        pthread_mutex_unlock(&c->q_mtx);
+    }
+    mt_one(&t, "kvtier_cluster_rx_queue_dropped_total", "counter",
+           "Daemon-to-daemon messages dropped because the receive queue was full.", drops);
+    return t.p;
 }

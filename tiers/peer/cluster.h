@@ -37,6 +37,9 @@ struct cl_conf {
     uint64_t cluster_pins_max_per_peer;  /* pins one member holds here */
     uint64_t cluster_node_id, cluster_heartbeat_ms, cluster_failure_ms;
     uint64_t cluster_replicas, cluster_lookup_ms, cluster_ucx_wakeup;
+    char cluster_etcd_endpoints[CL_STR_MAX], cluster_etcd_prefix[CL_STR_MAX];
+    uint64_t cluster_etcd_lease_s, cluster_probe_ms, cluster_probe_timeout_ms;
+    uint64_t cluster_suspicion_mult, cluster_reap_ms, cluster_rx_queue_max;
     uint64_t lease_timeout_ms, max_chunk_bytes, max_keys, nvme_get_deadline_ms;
 };
 
@@ -79,6 +82,11 @@ void cluster_peer_poll(struct cl_ctx *d);
 /* 1 if the cluster runs without TLS (cluster.insecure); *unproven gets
  * the messages refused because their sender's id was not proven. */
 int cluster_security(const struct cl_ctx *d, uint64_t *unproven);
+/* The membership's Prometheus series (members by state, suspicions,
+ * refutations, false deaths, messages and bytes by type and direction,
+ * receive-queue drops) as exposition text; malloc'd, the caller frees.
+ * Without a cluster: the families with zero samples. */
+char *cluster_metrics(const struct cl_ctx *d);
 /* Close sockets, free queued messages. Accepts a half-open cluster. */
 void cluster_close(struct cl_ctx *d);
 

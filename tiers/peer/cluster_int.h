@@ -12,6 +12,7 @@
 
 #include "cluster.h"
 #include "kvtier.h"
+#include "member.h"
 #include "tier.h"
 #include "kvtier.pb-c.h"
 
@@ -45,10 +46,13 @@ struct member {
     uint64_t alive_ms;       /* when it was last marked alive */
     uint64_t gx_holds;       /* gidx.c: entries naming it a holder */
     uint64_t pins_held;      /* pget.c: its PeerPins held here */
+    struct mb_member *mbm;   /* the membership's record of it, or NULL */
+    int gone;                /* reaped: removed from the table at the next tick */
 };
 
 struct qmsg {
     nng_msg *m;
+    uint64_t rx_ms;        /* when it arrived (recv_cb, nng's thread) */
     struct qmsg *next;
 };
 
@@ -61,8 +65,16 @@ struct cluster {
     int pull_open;
     nng_aio *aio;
     int efd;
-    pthread_mutex_t q_mtx; /* guards q_head, q_tail */
+    pthread_mutex_t q_mtx; /* guards q_head, q_tail, q_len, q_drops */
     struct qmsg *q_head, *q_tail;
+    uint64_t q_len, q_drops;
+    uint64_t q_max;        /* cluster.rx_queue_max: past it recv_cb drops
+                              and counts (membership copes with loss; an
+                              index batch or pin lost there is lost) */
+    int ep, tfd;           /* cluster_fd: an epoll set of efd and tfd (mb timer) */
+    struct mb *mb;         /* membership (member.h): swim or etcd */
+    uint64_t mb_due, refutations;
+    uint32_t seeded;       /* members taken as seeds (know_first), at most 8 */
     volatile int closing;
     struct member *m;
     uint32_t n;
@@ -87,9 +99,9 @@ static inline uint64_t cl_clock(const struct cl_ctx *d)
 struct member *cl_find(struct cluster *c, uint32_t id);
 /* Fill in the sender and send without blocking (dropped if m is not
  * connected). pm stays the caller's. */
-void cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm);
+int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm); /* 0 or -1 */
 /* Decode, check and apply one PeerMsg as received (cluster_poll; the
- * peer-message fuzz target calls it without sockets). */
+ * peer-message fuzz target calls it without sockets), arrived now. */
 void cl_apply(struct cl_ctx *d, const uint8_t *buf, size_t len);
 /* Count a refused message; log it at most once a second. */
 void cl_reject(struct cluster *c, const Kvtier__PeerMsg *pm, const char *why);

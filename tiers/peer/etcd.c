@@ -358,11 +358,11 @@ static int cmp_id(const void *a, const void *b)
 /* The snapshot is whole: members live here but absent there are dead. */
 static void snap_end(struct et *e)
 {
-    qsort(e->snap, e->n_snap, sizeof *e->snap, cmp_id);
+    if (e->n_snap) qsort(e->snap, e->n_snap, sizeof *e->snap, cmp_id); /* snap NULL if 0 */
     for (size_t i = 0; i < mb_count(e->mb); i++) {
         struct mb_member *m = mb_at(e->mb, i);
         if ((m->state == MB_ALIVE || m->state == MB_SUSPECT) &&
-            !bsearch(&m->id, e->snap, e->n_snap, sizeof *e->snap, cmp_id))
+            (!e->n_snap || !bsearch(&m->id, e->snap, e->n_snap, sizeof *e->snap, cmp_id)))
             mb_set_state(e->mb, m, MB_DEAD, m->inc);
     }
     e->n_snap = (size_t)-1; /* no snapshot under way */

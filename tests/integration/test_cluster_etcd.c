@@ -1,0 +1,230 @@
+/*
+ * test_cluster_etcd.c -- three real kvtierd with cluster.membership = etcd
+ * against a real etcd started here on loopback: no seeds at all, so the
+ * members find each other only through etcd's prefix; a chunk PUT on node
+ * 1 is found by LOOKUP and fetched (bytes checked) by GET on node 3; node
+ * 2 killed with SIGKILL is seen dead by the others once its lease (2 s)
+ * runs out; node 3 stopped with SIGTERM is seen LEFT (it wrote left = 1
+ * before revoking). The peers' view reports etcd's revision as the epoch,
+ * the same on every node. Skipped (77) without etcd.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client_internal.h"
+#include "daemon.h"
+#include "kvtier.h"
+#include "peer/etcd_client.h"
+
+#define N 3
+#define NS "cl/etcd"
+#define CHUNK 4096
+
+static struct tcluster T;
+static char Dir[256], Url[128], Peer[128];
+static pid_t Etcd = -1;
+
+static void start_etcd(void)
+{
+    char data[300], cl[200], log[300];
+    snprintf(data, sizeof data, "%s/data", Dir);
+    snprintf(cl, sizeof cl, "default=%s", Peer);
+    snprintf(log, sizeof log, "%s/etcd.log", Dir);
+    Etcd = fork();
+    if (Etcd == 0) {
+        if (!freopen(log, "a", stdout) || !freopen(log, "a", stderr)) _exit(126);
+        execlp("etcd", "etcd", "--data-dir", data, "--listen-client-urls", Url,
+               "--advertise-client-urls", Url, "--listen-peer-urls", Peer,
+               "--initial-advertise-peer-urls", Peer, "--initial-cluster", cl, (char *)NULL);
+        _exit(127);
+    }
+}
+
+static void nothing(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
+                    int del, int64_t rev)
+{
+    (void)arg, (void)k, (void)kl, (void)v, (void)vl, (void)del, (void)rev;
+}
+
+/* 0 once etcd answers a range (within 20 s). */
+static int wait_etcd(void)
+{
+    char err[256];
+    struct ec *ec = ec_new(Url, 500, err, sizeof err);
+    int64_t rev;
+    int rc = -1;
+    for (long long end = td_now_ms() + 20000; ec && td_now_ms() < end && rc < 0;) {
+        rc = ec_range_prefix(ec, "/kvt-test/", nothing, NULL, &rev, err, sizeof err);
+        if (rc < 0) usleep(100 * 1000);
+    }
+    ec_free(ec);
+    return rc;
+}
+
+static int start_node(int i)
+{
+    const char *extra[] = {"--cluster.membership", "etcd", "--cluster.etcd_endpoints", Url,
+                           "--cluster.etcd_prefix", "/kvt-test/members/",
+                           "--cluster.etcd_lease_s", "2", "--pool-bytes", "64M", NULL};
+    return tc_start(&T, i, 2000, extra);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (system("command -v etcd >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "etcd is not installed (scripts/deps.sh installs etcd-server)\n");
+        exit(77);
+    }
+    snprintf(Dir, sizeof Dir, "/tmp/kvt-cletcd-XXXXXX");
+    if (!mkdtemp(Dir)) return -1;
+    snprintf(Url, sizeof Url, "http://127.0.0.1:%d", td_free_port());
+    snprintf(Peer, sizeof Peer, "http://127.0.0.1:%d", td_free_port());
+    start_etcd();
+    if (wait_etcd() != 0) return -1;
+    setenv("UCX_TLS", "tcp", 1);
+    tc_init(&T, N);
+    for (int i = 0; i < N; i++) {
+        T.seed[i] = i; /* its own url: no seed, etcd is the only way in */
+        if (start_node(i) != 0) return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = tc_teardown(&T);
+    if (Etcd > 0) {
+        kill(Etcd, SIGKILL);
+        waitpid(Etcd, NULL, 0);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", Dir);
+    return system(cmd) == 0 ? rc : -1;
+}
+
+/* State of member id in node i's view (PEER_NONE if absent); *epoch gets
+ * node i's epoch. */
+static int state_of(int i, uint32_t id, uint64_t *epoch)
+{
+    Kvtier__Response *r = NULL;
+    assert_int_equal(tc_peers(T.c[i], &r), KVT_OK);
+    int st = KVTIER__PEER_STATE__PEER_NONE;
+    for (size_t k = 0; k < r->peers->n_peers; k++)
+        if (r->peers->peers[k]->node_id == id) st = r->peers->peers[k]->state;
+    if (epoch) *epoch = r->peers->epoch;
+    kvtier__response__free_unpacked(r, NULL);
+    return st;
+}
+
+/* Wait (20 s) until node i sees member id in state st. */
+static int wait_state(int i, uint32_t id, int st)
+{
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end; usleep(50000))
+        if (state_of(i, id, NULL) == st) return 0;
+    return -1;
+}
+
+static uint32_t found_on(int i, uint64_t seed, uint32_t n)
+{
+    ProtobufCBinaryData kb[16];
+    kvt_key keys[16];
+    for (uint32_t j = 0; j < n; j++) {
+        keys[j] = td_key(seed + j);
+        kb[j] = (ProtobufCBinaryData){KVT_KEY_LEN, keys[j].b};
+    }
+    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
+    l.ns = NS, l.keys = kb, l.n_keys = n;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
+    q.lookup = &l;
+    Kvtier__Response *r = NULL;
+    assert_int_equal(kvtc_call(T.c[i], &q, &r), KVT_OK);
+    uint32_t f = 0;
+    for (uint32_t j = 0; j < n; j++) f += r->lookup->tiers[j] != KVTIER__TIER__TIER_NONE;
+    kvtier__response__free_unpacked(r, NULL);
+    return f;
+}
+
+static void test_members_found_through_etcd(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++) assert_int_equal(tc_wait_alive(&T, i, N - 1, 1), 0);
+    uint64_t e0 = 0, e;
+    for (long long end = td_now_ms() + 10000; td_now_ms() < end; usleep(50000)) {
+        int same = 1;
+        state_of(0, 2, &e0);
+        for (int i = 1; i < N; i++) {
+            state_of(i, 1, &e);
+            same &= e == e0;
+        }
+        if (same) break;
+    }
+    assert_true(e0 > 0); /* etcd's revision, the same everywhere */
+    for (int i = 1; i < N; i++) {
+        state_of(i, 1, &e);
+        assert_int_equal(e, e0);
+    }
+}
+
+static void test_put_on_one_found_on_another(void **state)
+{
+    (void)state;
+    uint8_t buf[CHUNK];
+    for (uint64_t s = 0; s < 8; s++) {
+        kvt_key k = td_key(100 + s);
+        size_t size = CHUNK;
+        const void *b = buf;
+        td_fill(buf, CHUNK, 100 + s);
+        assert_int_equal(kvt_put(T.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    }
+    uint32_t f = 0;
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end && f < 8; usleep(100000))
+        f = found_on(2, 100, 8);
+    assert_int_equal(f, 8);
+    for (uint64_t s = 0; s < 8; s++)
+        assert_int_equal(tc_get_checked(T.c[2], NS, 100 + s, CHUNK, 5000), 1);
+}
+
+static void test_killed_seen_dead_after_lease(void **state)
+{
+    (void)state;
+    td_kill(&T.d[1]); /* SIGKILL: no goodbye; its lease runs out */
+    kvt_close(T.c[1]);
+    T.c[1] = NULL;
+    assert_int_equal(wait_state(0, 2, KVTIER__PEER_STATE__PEER_DEAD), 0);
+    assert_int_equal(wait_state(2, 2, KVTIER__PEER_STATE__PEER_DEAD), 0);
+    assert_int_equal(start_node(1), 0); /* back: registered again */
+    assert_int_equal(wait_state(0, 2, KVTIER__PEER_STATE__PEER_ALIVE), 0);
+    assert_int_equal(wait_state(2, 2, KVTIER__PEER_STATE__PEER_ALIVE), 0);
+}
+
+static void test_stopped_seen_left(void **state)
+{
+    (void)state;
+    assert_int_equal(tc_stop(&T, 2), 0);
+    assert_int_equal(wait_state(0, 3, KVTIER__PEER_STATE__PEER_LEFT), 0);
+    assert_int_equal(wait_state(1, 3, KVTIER__PEER_STATE__PEER_LEFT), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_members_found_through_etcd),
+        cmocka_unit_test(test_put_on_one_found_on_another),
+        cmocka_unit_test(test_killed_seen_dead_after_lease),
+        cmocka_unit_test(test_stopped_seen_left),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
