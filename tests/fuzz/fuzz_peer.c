@@ -112,7 +112,7 @@ static struct cl_ctx *cluster(int tls)
 {
     struct cl_ctx *d = calloc(1, sizeof *d);
     struct cluster *c = calloc(1, sizeof *c);
-    if (!d || !c || !(c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m))) abort();
+    if (!d || !c) abort();
     d->host = &host;
     d->idx = &X;
     d->cl = c;
@@ -133,9 +133,9 @@ static struct cl_ctx *cluster(int tls)
     snprintf(c->self_addr, sizeof c->self_addr, "inproc://n1");
     c->inc = 1000;
     for (uint32_t id = 2; id <= 5; id++) {
-        struct member *m = &c->m[c->n++];
-        m->id = id;
-        snprintf(m->addr, sizeof m->addr, "inproc://n%u", (unsigned)id);
+        char addr[CL_ADDR_MAX];
+        snprintf(addr, sizeof addr, "inproc://n%u", (unsigned)id);
+        struct member *m = cl_member_new(c, id, addr);
         m->inc = 100;
         m->state = KVTIER__PEER_STATE__PEER_ALIVE;
         m->proven = 1;
@@ -156,15 +156,15 @@ static void resolved(struct cl_ctx *d, void *arg, const uint32_t *holders,
 static void check(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    if (c->n > CL_MAX_MEMBERS) abort();
     for (uint32_t i = 0; i < c->n; i++) {
-        const struct member *m = &c->m[i];
+        const struct member *m = c->m[i];
+        if (m->slot != i || (!m->gone && !cl_find(c, m->id))) abort();
         if (m->id == c->self_id) abort();
         if (strnlen(m->addr, CL_ADDR_MAX) == CL_ADDR_MAX) abort();
         if (strncmp(m->addr, c->scheme, strlen(c->scheme)) != 0) abort();
         if (m->pins_held > d->cfg.cluster_pins_max_per_peer + 1) abort();
         for (uint32_t j = i + 1; j < c->n; j++)
-            if (m->id && c->m[j].id == m->id) abort();
+            if (m->id && c->m[j]->id == m->id) abort();
     }
 }
 
@@ -175,8 +175,8 @@ static void teardown(struct cl_ctx *d, int *done)
     if (*done != 1) abort(); /* the resolution ended exactly once */
     pg_free(d);
     for (uint32_t i = 0; i < d->cl->n; i++)
-        if (d->cl->m[i].open) nng_close(d->cl->m[i].push);
-    free(d->cl->m);
+        if (d->cl->m[i]->open) nng_close(d->cl->m[i]->push);
+    cl_members_free(d->cl);
     free(d->cl);
     free(d);
 }

@@ -98,10 +98,9 @@ static kvt_key K[NK];
 
 static struct member *add_member(uint32_t id)
 {
-    struct member *m = &D->cl->m[D->cl->n++];
-    memset(m, 0, sizeof *m);
-    m->id = id;
-    snprintf(m->addr, sizeof m->addr, "tcp://127.0.0.1:%u", 40000 + id);
+    char addr[CL_ADDR_MAX];
+    snprintf(addr, sizeof addr, "tcp://127.0.0.1:%u", 40000 + id);
+    struct member *m = cl_member_new(D->cl, id, addr);
     m->state = KVTIER__PEER_STATE__PEER_ALIVE;
     return m;
 }
@@ -115,7 +114,6 @@ static int setup(void **state)
     log_set_level(LOG_ERROR);
     if (idx_init(&X, 1024) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
-    D->cl->m = calloc(CL_MAX_MEMBERS, sizeof *D->cl->m);
     D->cl->self_id = 1;
     add_member(2);
     for (int i = 0; i < NK; i++) K[i] = td_key(500 + (uint64_t)i);
@@ -126,7 +124,7 @@ static int teardown(void **state)
 {
     (void)state;
     gx_close(D);
-    free(D->cl->m);
+    cl_members_free(D->cl);
     free(D->cl);
     idx_destroy(&X);
     free(D);
@@ -221,7 +219,7 @@ static void test_committer_checksum_and_cap(void **state)
     index_sum(m3, 0, 8, 1, 78);
     assert_int_equal(entries(), 0);
     D->cfg.cluster_index_max_per_peer = 1048576;
-    D->cl->n--;                                   /* node 3 leaves the table */
+    cl_member_drop(D->cl, m3);                    /* node 3 leaves the table */
 }
 
 /* Two nodes, two replicas: this node owns every key. */
@@ -524,7 +522,6 @@ static int setup_wired(uint32_t nm, uint32_t slots, uint32_t replicas, uint32_t 
     log_set_level(LOG_ERROR);
     if (idx_init(&X, slots + 16) != 0) return -1;
     D->cl = calloc(1, sizeof *D->cl);
-    D->cl->m = calloc(CL_MAX_MEMBERS, sizeof *D->cl->m);
     D->cl->self_id = 1;
     NMem = nm;
     for (uint32_t id = 2; id <= nm; id++) {
@@ -553,13 +550,13 @@ static int teardown_wired(void **state)
     (void)state;
     gx_close(D);
     for (uint32_t id = 2; id <= NMem; id++) {
-        nng_close(D->cl->m[id - 2].push);
+        nng_close(D->cl->m[id - 2]->push);
         nng_close(Pull[id]);
         free(Told[id]);
         free(HeldBy[id]);
     }
     free(Keys);
-    free(D->cl->m);
+    cl_members_free(D->cl);
     free(D->cl);
     idx_destroy(&X);
     free(D);
@@ -570,7 +567,7 @@ static uint32_t view_ids(uint32_t *v)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < D->cl->n; i++)
-        if (cl_alive(&D->cl->m[i])) v[n++] = D->cl->m[i].id;
+        if (cl_alive(D->cl->m[i])) v[n++] = D->cl->m[i]->id;
     v[n++] = 1;
     return n;
 }
@@ -594,13 +591,13 @@ static void test_join_moves_only_what_changed(void **state)
     run_pass();
     uint32_t v[WM + 1], nv = view_ids(v), o[OW_MAX_REPLICAS];
     assert_true(drain_all(NULL) > 0); /* the first publish */
-    D->cl->m[6].state = KVTIER__PEER_STATE__PEER_DEAD; /* member 8 leaves */
+    D->cl->m[6]->state = KVTIER__PEER_STATE__PEER_DEAD; /* member 8 leaves */
     gx_membership(D, 8, 0);
     run_pass();
     drain_all(NULL);
     forget_told();
     uint64_t moved0 = stats().moved;
-    D->cl->m[6].state = KVTIER__PEER_STATE__PEER_ALIVE; /* and joins again */
+    D->cl->m[6]->state = KVTIER__PEER_STATE__PEER_ALIVE; /* and joins again */
     gx_membership(D, 8, 1);
     run_pass();
     uint32_t per[WM + 1];

@@ -152,29 +152,137 @@ static struct qmsg *take_all(struct cluster *c)
 
 /* -------------------------------------------------------------- members */
 
-/* O(1) for members the backend knows (their record points here); a scan
- * for the rest (a node heard only through its Join so far, or unknown). */
+/* The table's hash chains: by id (FNV-1a of the 4 bytes) and by address
+ * (FNV-1a of the string). Both hold every member, gone ones included
+ * until compact() frees them; lookups skip the gone. */
+static uint32_t fnv(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+static struct member **id_head(struct cluster *c, uint32_t id)
+{
+    return &c->by_id[fnv(&id, sizeof id) & (c->nb - 1)];
+}
+
+static struct member **addr_head(struct cluster *c, const char *addr)
+{
+    return &c->by_addr[fnv(addr, strlen(addr)) & (c->nb - 1)];
+}
+
+static void link_member(struct cluster *c, struct member *m)
+{
+    struct member **h = id_head(c, m->id), **a = addr_head(c, m->addr);
+    m->id_next = *h;
+    *h = m;
+    m->addr_next = *a;
+    *a = m;
+}
+
+static void unlink_member(struct cluster *c, struct member *m)
+{
+    struct member **p = id_head(c, m->id);
+    while (*p != m) p = &(*p)->id_next;
+    *p = m->id_next;
+    p = addr_head(c, m->addr);
+    while (*p != m) p = &(*p)->addr_next;
+    *p = m->addr_next;
+}
+
+/* Room for one more member: the index doubles, the chains are rebuilt
+ * with twice the buckets when members would outnumber them. */
+static void table_grow(struct cluster *c)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        if (!(c->m = realloc(c->m, c->cap * sizeof *c->m))) abort();
+    }
+    if (c->n < c->nb) return;
+    free(c->by_id);
+    free(c->by_addr);
+    c->nb = c->nb ? 2 * c->nb : 64;
+    c->by_id = calloc(c->nb, sizeof *c->by_id);
+    c->by_addr = calloc(c->nb, sizeof *c->by_addr);
+    if (!c->by_id || !c->by_addr) abort(); /* control-plane allocation */
+    for (uint32_t i = 0; i < c->n; i++) link_member(c, c->m[i]);
+}
+
+struct member *cl_member_new(struct cluster *c, uint32_t id, const char *addr)
+{
+    table_grow(c);
+    struct member *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    m->id = id;
+    snprintf(m->addr, sizeof m->addr, "%s", addr);
+    m->slot = c->n;
+    c->m[c->n++] = m;
+    link_member(c, m);
+    return m;
+}
+
+void cl_member_drop(struct cluster *c, struct member *m)
+{
+    unlink_member(c, m);
+    c->m[m->slot] = c->m[--c->n];
+    c->m[m->slot]->slot = m->slot;
+    free(m);
+}
+
+void cl_members_free(struct cluster *c)
+{
+    for (uint32_t i = 0; i < c->n; i++) free(c->m[i]);
+    free(c->m);
+    free(c->by_id);
+    free(c->by_addr);
+    c->m = c->by_id = c->by_addr = NULL;
+    c->n = c->cap = c->nb = 0;
+}
+
+/* A member's id or address changes: its chains with it. */
+static void member_rekey(struct cluster *c, struct member *m, uint32_t id, const char *addr)
+{
+    unlink_member(c, m);
+    m->id = id;
+    if (addr) snprintf(m->addr, sizeof m->addr, "%s", addr);
+    link_member(c, m);
+}
+
+/* O(1) for members the backend knows (their record points here); the
+ * id chain for the rest (a node heard only through its Join so far). */
 struct member *cl_find(struct cluster *c, uint32_t id)
 {
     const struct mb_member *b = c->mb && id ? mb_find(c->mb, id) : NULL;
     if (b && b->user && b->id != c->self_id) return b->user;
-    for (uint32_t i = 0; i < c->n; i++)
-        if (c->m[i].id == id && !c->m[i].gone) return &c->m[i];
+    if (!c->nb) return NULL;
+    for (struct member *m = *id_head(c, id); m; m = m->id_next)
+        if (m->id == id && !m->gone) return m;
     return NULL;
 }
 
+static int hello_done(const struct cluster *c, const struct member *m);
+
+/* The member at addr; where two are (a node restarted there under
+ * another id), the one whose hello is done. */
 static struct member *find_addr(struct cluster *c, const char *addr)
 {
-    for (uint32_t i = 0; i < c->n; i++)
-        if (!c->m[i].gone && !strcmp(c->m[i].addr, addr)) return &c->m[i];
-    return NULL;
+    struct member *any = NULL;
+    if (!c->nb) return NULL;
+    for (struct member *m = *addr_head(c, addr); m; m = m->addr_next) {
+        if (m->gone || strcmp(m->addr, addr) != 0) continue;
+        if (hello_done(c, m)) return m;
+        if (!any) any = m;
+    }
+    return any;
 }
 
 static struct member *find_seed(struct cluster *c, const char *addr)
 {
-    for (uint32_t i = 0; i < c->n; i++)
-        if (c->m[i].id == 0 && !c->m[i].gone && !strcmp(c->m[i].addr, addr))
-            return &c->m[i];
+    if (!c->nb) return NULL;
+    for (struct member *m = *addr_head(c, addr); m; m = m->addr_next)
+        if (m->id == 0 && !m->gone && !strcmp(m->addr, addr)) return m;
     return NULL;
 }
 
@@ -228,16 +336,11 @@ static void member_undial(struct member *m)
     m->open = 0;
 }
 
-/* A new table entry (JOINING) dialled at addr; NULL when full. */
+/* A new table entry (JOINING) dialled at addr. */
 static struct member *member_add(struct cl_ctx *d, uint32_t id, const char *addr,
                                  uint64_t inc)
 {
-    struct cluster *c = d->cl;
-    if (c->n == CL_MAX_MEMBERS) return NULL;
-    struct member *m = &c->m[c->n++];
-    memset(m, 0, sizeof *m);
-    m->id = id;
-    snprintf(m->addr, sizeof m->addr, "%s", addr);
+    struct member *m = cl_member_new(d->cl, id, addr);
     m->inc = inc;
     m->state = KVTIER__PEER_STATE__PEER_JOINING;
     if (getrandom(m->chal, sizeof m->chal, 0) != (ssize_t)sizeof m->chal) abort();
@@ -249,7 +352,7 @@ static struct member *member_add(struct cl_ctx *d, uint32_t id, const char *addr
  * so that our secret for it can travel. */
 static void member_named(struct cl_ctx *d, struct member *m, uint32_t id)
 {
-    m->id = id;
+    member_rekey(d->cl, m, id, NULL);
     if (!d->cl->tls) return;
     member_undial(m);
     member_dial(d, m);
@@ -260,7 +363,7 @@ static void member_move(struct cl_ctx *d, struct member *m, const char *addr)
 {
     log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, addr);
     member_undial(m);
-    snprintf(m->addr, sizeof m->addr, "%s", addr);
+    member_rekey(d->cl, m, m->id, addr);
     member_dial(d, m);
 }
 
@@ -752,7 +855,7 @@ static void on_mb(void *arg, struct mb *mb, struct mb_member *b, enum mb_event e
     }
     if (!m && !(m = cl_find(c, b->id)) && (m = find_seed(c, b->addr)))
         member_named(d, m, b->id);
-    if (!m && !(m = member_add(d, b->id, b->addr, 0))) return; /* table full */
+    if (!m) m = member_add(d, b->id, b->addr, 0);
     m->mbm = b;
     b->user = m;
     boot_check(m, b);
@@ -762,13 +865,13 @@ static void on_mb(void *arg, struct mb *mb, struct mb_member *b, enum mb_event e
     recompute(d, m, mb_event_name(ev));
 }
 
-/* Drop the members marked gone (no pointer into the table is held
- * between calls); the last entry fills the hole. */
+/* Free the members marked gone (no pointer to one is held between
+ * calls); the last entry of the index fills the hole. */
 static void compact(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     for (uint32_t i = 0; i < c->n;) {
-        struct member *m = &c->m[i];
+        struct member *m = c->m[i];
         if (!m->gone) {
             i++;
             continue;
@@ -776,11 +879,7 @@ static void compact(struct cl_ctx *d)
         pg_member_down(d, m);
         member_undial(m);
         log_info("cluster", "member %u (%s) forgotten", (unsigned)m->id, m->addr);
-        if (i != c->n - 1) {
-            *m = c->m[c->n - 1];
-            if (m->mbm) m->mbm->user = m;
-        }
-        c->n--;
+        cl_member_drop(c, m);
     }
 }
 
@@ -813,7 +912,7 @@ static void mb_drive(struct cl_ctx *d)
     if (st->refutations == c->refutations) return;
     c->refutations = st->refutations;
     for (uint32_t i = 0; i < c->n; i++)
-        if (cl_alive(&c->m[i])) gx_republish(d, c->m[i].id);
+        if (cl_alive(c->m[i])) gx_republish(d, c->m[i]->id);
 }
 
 /* The hello, repeated every cluster.heartbeat_ms until done: Joins to a
@@ -830,7 +929,7 @@ static void hello_tick(struct cl_ctx *d)
     if (now - c->last_hb_ms < d->cfg.cluster_heartbeat_ms) return;
     c->last_hb_ms = now;
     for (uint32_t i = 0; i < c->n; i++) {
-        struct member *m = &c->m[i];
+        struct member *m = c->m[i];
         int live = m->mbm && (m->mbm->state == MB_ALIVE || m->mbm->state == MB_SUSPECT);
         if (m->gone || (m->mbm && !live && m->mbm->state == MB_LEFT)) continue;
         if (!hello_done(c, m) || (m->mbm && !live)) send_join(d, m);
@@ -975,16 +1074,20 @@ static struct mb *mb_open(struct cl_ctx *d, const char **why)
 static int mb_start(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    const char *why = NULL, *seeds[CL_MAX_MEMBERS];
+    const char *why = NULL, **seeds = calloc((size_t)c->n + 1, sizeof *seeds);
     size_t n = 0;
+    if (!seeds) abort();
     if (!(c->mb = mb_open(d, &why))) {
         log_error("cluster", "membership %s: %s", d->cfg.cluster_membership,
                   why ? why : "cannot start");
+        free(seeds);
         return -1;
     }
     for (uint32_t i = 0; i < c->n; i++)
-        if (c->m[i].id == 0) seeds[n++] = c->m[i].addr;
-    if (mb_join(c->mb, n ? seeds : NULL, n) != 0)
+        if (c->m[i]->id == 0) seeds[n++] = c->m[i]->addr;
+    int rv = mb_join(c->mb, n ? seeds : NULL, n);
+    free(seeds);
+    if (rv != 0)
         log_warn("cluster", "membership %s: join did not start; retrying in the background",
                  d->cfg.cluster_membership);
     mb_drive(d);
@@ -1019,8 +1122,6 @@ int cluster_open(struct cl_ctx *d)
     c->ep = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&c->q_mtx, NULL);
     c->q_max = d->cfg.cluster_rx_queue_max ? d->cfg.cluster_rx_queue_max : 16384;
-    c->m = calloc(CL_MAX_MEMBERS, sizeof *c->m);
-    if (!c->m) abort();
     c->self_id = (uint32_t)d->cfg.cluster_node_id;
     snprintf(c->self_addr, sizeof c->self_addr, "%.*s", CL_ADDR_MAX - 1,
              d->cfg.cluster_listen);
@@ -1056,15 +1157,15 @@ static void close_sockets(struct cluster *c)
     size_t n = 0;
     if (!s) { /* no room for the list: close them here, unbounded */
         if (c->pull_open) nng_close(c->pull);
-        for (uint32_t i = 0; i < c->n; i++) member_undial(&c->m[i]);
+        for (uint32_t i = 0; i < c->n; i++) member_undial(c->m[i]);
         c->pull_open = 0;
         return;
     }
     if (c->pull_open) s[n++] = c->pull;
     c->pull_open = 0;
     for (uint32_t i = 0; i < c->n; i++) {
-        if (c->m[i].open) s[n++] = c->m[i].push;
-        c->m[i].open = 0;
+        if (c->m[i]->open) s[n++] = c->m[i]->push;
+        c->m[i]->open = 0;
     }
     uint64_t t0 = mono_ns();
     if (nngc_close_bounded(s, n, CL_CLOSE_MS, fault_hit(FAULT_NNG_CLOSE_HANG)) != 0)
@@ -1107,7 +1208,7 @@ void cluster_close(struct cl_ctx *d)
     if (c->tfd >= 0) close(c->tfd);
     if (c->ep >= 0) close(c->ep);
     pthread_mutex_destroy(&c->q_mtx);
-    free(c->m);
+    cl_members_free(c);
     free(c);
     d->cl = NULL;
 }
@@ -1153,8 +1254,8 @@ void cluster_do_peers(struct req *r, struct cl_ctx *d, Kvtier__Response *rsp)
     pr->peers = d->host->req_alloc(r, (c->n + 1) * sizeof *pr->peers);
     Kvtier__PeerInfo *pv = d->host->req_alloc(r, (c->n + 1) * sizeof *pv);
     for (uint32_t i = 0; i < c->n; i++) {
-        if (c->m[i].gone) continue;
-        fill_peer(d, &c->m[i], &pv[pr->n_peers]);
+        if (c->m[i]->gone) continue;
+        fill_peer(d, c->m[i], &pv[pr->n_peers]);
         pr->peers[pr->n_peers] = &pv[pr->n_peers];
         pr->n_peers++;
     }

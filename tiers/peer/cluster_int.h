@@ -17,7 +17,6 @@
 #include "kvtier.pb-c.h"
 
 #define CL_ADDR_MAX 128
-#define CL_MAX_MEMBERS 1024
 #define CL_MAX_MSG (1u << 20)
 #define CL_CLOSE_MS 2000u /* bound on closing the cluster's sockets */
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
@@ -48,6 +47,8 @@ struct member {
     uint64_t pins_held;      /* pget.c: its PeerPins held here */
     struct mb_member *mbm;   /* the membership's record of it, or NULL */
     int gone;                /* reaped: removed from the table at the next tick */
+    uint32_t slot;           /* its index in cluster.m */
+    struct member *id_next, *addr_next; /* cluster.c's hash chains */
 };
 
 struct qmsg {
@@ -76,8 +77,14 @@ struct cluster {
     uint64_t mb_due, refutations;
     uint32_t seeded;       /* members taken as seeds (know_first), at most 8 */
     volatile int closing;
-    struct member *m;
-    uint32_t n;
+    /* The member table: n members, each allocated alone, so a pointer to
+     * one stays valid until compact() frees it (reaped, at a tick); m is
+     * only an index of them (grows, no cap), and by_id / by_addr chain
+     * them by id and by address (nb buckets, a power of two, >= n). */
+    struct member **m;
+    uint32_t n, cap;
+    struct member **by_id, **by_addr;
+    uint32_t nb;
     uint32_t self_id;
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
@@ -97,6 +104,13 @@ static inline uint64_t cl_clock(const struct cl_ctx *d)
 
 /* cluster.c */
 struct member *cl_find(struct cluster *c, uint32_t id);
+/* A new member of the table, zeroed but for id and addr (not dialled):
+ * the table owns it; it stays at this address until cl_member_drop. */
+struct member *cl_member_new(struct cluster *c, uint32_t id, const char *addr);
+/* Take m out of the table and free it (its socket must be closed). */
+void cl_member_drop(struct cluster *c, struct member *m);
+/* Free every member and the table (sockets closed already). */
+void cl_members_free(struct cluster *c);
 /* Fill in the sender and send without blocking (dropped if m is not
  * connected). pm stays the caller's. */
 int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm); /* 0 or -1 */

@@ -1173,8 +1173,8 @@ int gx_open(struct cl_ctx *d)
     op_init(&g->pl, g->r);
     g->olog_base = 1; /* 0: never counted */
     for (uint32_t i = 0; i < d->cl->n; i++)
-        if (cl_alive(&d->cl->m[i]) && d->cl->m[i].id != d->cl->self_id)
-            view_set(g, d->cl->m[i].id, 1);
+        if (cl_alive(d->cl->m[i]) && d->cl->m[i]->id != d->cl->self_id)
+            view_set(g, d->cl->m[i]->id, 1);
     view_add(g, d->cl->self_id);
     rehash(g, 1024);
     pass_extend(d); /* publish what was loaded before the cluster opened */

@@ -702,8 +702,8 @@ void pg_close(struct cl_ctx *d)
     }
     hpins_drop(d, 0, UINT64_MAX, 0);
     for (uint32_t i = 0; i < d->cl->n; i++) {
-        peer_disconnect(d->cl->pt, d->cl->m[i].conn);
-        d->cl->m[i].conn = NULL;
+        peer_disconnect(d->cl->pt, d->cl->m[i]->conn);
+        d->cl->m[i]->conn = NULL;
     }
     if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
     workq_close(s->wq, WQ_DRAIN); /* checks what is queued; verdicts applied */
