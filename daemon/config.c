@@ -226,6 +226,10 @@ static const struct cfg_key keys[] = {
      "messages", 0, "daemon-to-daemon messages waiting for the core thread at "
      "most; more are dropped and counted (membership copes with loss; an index "
      "update or pin dropped is lost)"},
+    {"cluster", "max_conns", CFG_U64, F(cluster_max_conns), "256", 1, 1048576,
+     "count", 0, "connections to members in use at most: each is dialled when "
+     "something is first sent there; past this many the least recently used "
+     "is closed (after a second to drain) and dialled again when needed"},
     {"cluster", "replicas", CFG_U64, F(cluster_replicas), "2", 1, 8, "count", 0,
      "owners of each global index entry (rendezvous hashing over the live "
      "members)"},

@@ -418,6 +418,63 @@ static void test_receive_queue_bounded(void **state)
     assert_true(dropped >= 1);
     assert_int_equal(tc_teardown(&S), 0);
 }
+
+/* LOOKUP of the key of seed in ns on client c: its tier, or TIER_NONE. */
+static int lookup_tier(kvt_client *c, const char *ns, uint64_t seed)
+{
+    kvt_key k = td_key(seed);
+    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
+    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
+    l.ns = (char *)ns;
+    l.keys = &kb;
+    l.n_keys = 1;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
+    q.lookup = &l;
+    Kvtier__Response *r = NULL;
+    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
+    assert_int_equal(r->err, 0);
+    int t = r->lookup->n_tiers ? r->lookup->tiers[0] : KVTIER__TIER__TIER_NONE;
+    kvtier__response__free_unpacked(r, NULL);
+    return t;
+}
+
+/* cluster.max_conns = 1 on four nodes: each node keeps one connection in
+ * use and evicts the least recently used to reach another member, yet
+ * every node sees the other three alive (UCX endpoints too), and a chunk
+ * put on node 1 is found by LOOKUP and fetched by GET on node 4 with its
+ * bytes intact. /metrics: at most one open connection, LRU closes > 0. */
+static void test_conns_capped(void **state)
+{
+    (void)state;
+    static struct tcluster S;
+    const char *extra[] = {"--cluster.max_conns", "1", NULL};
+    enum { CN = 4, SIZE = 64 << 10 };
+    static uint8_t buf[SIZE];
+    setenv("UCX_TLS", "tcp", 1);
+    tc_init(&S, CN);
+    for (int i = 0; i < CN; i++) assert_int_equal(tc_start(&S, i, 2000, extra), 0);
+    for (int i = 0; i < CN; i++) assert_int_equal(tc_wait_alive(&S, i, CN - 1, 1), 0);
+    kvt_key k = td_key(777);
+    size_t size = SIZE;
+    const void *b = buf;
+    td_fill(buf, SIZE, 777);
+    assert_int_equal(kvt_put(S.c[0], "cl/conns", &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    int tier = KVTIER__TIER__TIER_NONE;
+    for (long long end = td_now_ms() + 20000; td_now_ms() < end && tier != KVTIER__TIER__TIER_PEER;
+         usleep(100000))
+        tier = lookup_tier(S.c[3], "cl/conns", 777);
+    assert_int_equal(tier, KVTIER__TIER__TIER_PEER);
+    assert_int_equal(tc_get_checked(S.c[3], "cl/conns", 777, SIZE, 5000), 1);
+    for (int i = 0; i < CN; i++) {
+        struct prom p;
+        scrape_of(&S.d[i], &p);
+        assert_true(prom_get(&p, "kvtier_cluster_open_connections", "") <= 1);
+        assert_true(prom_get(&p, "kvtier_cluster_lru_closes_total", "") > 0);
+        prom_free(&p);
+    }
+    assert_int_equal(tc_teardown(&S), 0);
+}
 #define url T.url
 
 int main(void)
@@ -429,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_leave_is_seen_left),
         cmocka_unit_test(test_stopped_member_refutes),
         cmocka_unit_test(test_receive_queue_bounded),
+        cmocka_unit_test(test_conns_capped),
         cmocka_unit_test(test_ctl_peers_json),
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_off_without_listen),

@@ -2,10 +2,14 @@
  * cluster.c -- membership: join, heartbeats, failure detection, epochs.
  *
  * Design (DESIGN §5): every daemon with cluster.listen set listens there
- * with an nng pull0 socket and keeps one push0 socket per known member,
- * dialled with nng's own reconnect, so a restarted peer is reached again
- * without help. Sends are non-blocking: a message for a member with no
- * connection is dropped, never queued behind a dead peer. nng's receive
+ * with an nng pull0 socket and has one push0 socket per member it sends
+ * to, dialled on the first send with nng's own reconnect, so a restarted
+ * peer is reached again without help. At most cluster.max_conns are in
+ * use; past that the least recently used drains for CL_LINGER_MS and is
+ * closed (bounded) at a tick. Sends are non-blocking: a message for a
+ * member with no connection is dropped, never queued behind a dead peer.
+ * The member table has no cap: members are allocated one by one (stable
+ * pointers) and hashed by id and by url. nng's receive
  * callback stamps each message with the time it ARRIVED, queues it
  * (bounded: cluster.rx_queue_max, past it dropped and counted) and writes an eventfd
  * when the queue goes from empty to non-empty (STYLE §7); the core thread
@@ -233,7 +237,10 @@ void cl_member_drop(struct cluster *c, struct member *m)
 
 void cl_members_free(struct cluster *c)
 {
-    for (uint32_t i = 0; i < c->n; i++) free(c->m[i]);
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->m[i]->open) nng_close(c->m[i]->push); /* none after close_sockets */
+        free(c->m[i]);
+    }
     free(c->m);
     free(c->by_id);
     free(c->by_addr);
@@ -312,6 +319,48 @@ static int dial_tls(struct cl_ctx *d, struct member *m, nng_dialer dl)
     return rv;
 }
 
+/* ------------------------------------------------------- connections */
+
+static void ml_unlink(struct mlist *l, struct member *m)
+{
+    if (m->l_prev) m->l_prev->l_next = m->l_next;
+    else l->head = m->l_next;
+    if (m->l_next) m->l_next->l_prev = m->l_prev;
+    else l->tail = m->l_prev;
+    m->l_prev = m->l_next = NULL;
+    l->n--;
+}
+
+static void ml_push(struct mlist *l, struct member *m, int at_head)
+{
+    m->l_prev = at_head ? NULL : l->tail;
+    m->l_next = at_head ? l->head : NULL;
+    if (at_head && l->head) l->head->l_prev = m;
+    if (!at_head && l->tail) l->tail->l_next = m;
+    if (at_head) l->head = m;
+    else l->tail = m;
+    if (!l->head) l->head = m;
+    if (!l->tail) l->tail = m;
+    l->n++;
+}
+
+/* Take m off the list its socket is on (if any). */
+static void conn_unlist(struct cluster *c, struct member *m)
+{
+    if (m->on_list) ml_unlink(m->on_list == 1 ? &c->lru : &c->linger, m);
+    m->on_list = 0;
+}
+
+/* Close sockets on the core thread within CL_CLOSE_ONE_MS (nng 1.5's
+ * close can hang while a dialer reconnects to a peer that is stopping:
+ * DESIGN-NOTES "Bounded shutdown"); past it they are abandoned. */
+static void socks_close(const nng_socket *s, size_t n)
+{
+    if (n && nngc_close_bounded(s, n, CL_CLOSE_ONE_MS, 0) != 0)
+        log_warn("cluster", "%zu socket(s) did not close within %u ms (nng); abandoned",
+                 n, CL_CLOSE_ONE_MS);
+}
+
 static void member_dial(struct cl_ctx *d, struct member *m)
 {
     nng_dialer dl;
@@ -330,10 +379,58 @@ static void member_dial(struct cl_ctx *d, struct member *m)
     if (rv != 0) log_warn("cluster", "dial %s: %s", m->addr, nng_strerror(rv));
 }
 
-static void member_undial(struct member *m)
+/* Close m's socket now (its address or required name changed, or it
+ * leaves the table); the next send dials again. */
+static void member_undial(struct cluster *c, struct member *m)
 {
-    if (m->open) nng_close(m->push);
+    conn_unlist(c, m);
+    if (m->open) socks_close(&m->push, 1);
     m->open = 0;
+}
+
+/* Past cluster.max_conns in use, the least recently used (never keep,
+ * just used) starts draining. */
+static void conns_trim(struct cl_ctx *d, struct member *keep)
+{
+    struct cluster *c = d->cl;
+    uint64_t max = d->cfg.cluster_max_conns;
+    while (max && c->lru.n > max && c->lru.tail != keep) {
+        struct member *v = c->lru.tail;
+        conn_unlist(c, v);
+        v->linger_ms = mono_ms() + CL_LINGER_MS;
+        ml_push(&c->linger, v, 0);
+        v->on_list = 2;
+        c->lru_closes++;
+    }
+}
+
+/* m is about to be sent to: dialled if it has no socket, taken back if
+ * its socket drains, and first in the LRU. 0, or -1 (no socket). */
+static int conn_use(struct cl_ctx *d, struct member *m)
+{
+    struct cluster *c = d->cl;
+    if (!m->open) member_dial(d, m);
+    if (!m->open) return -1;
+    conn_unlist(c, m);
+    ml_push(&c->lru, m, 1);
+    m->on_list = 1;
+    conns_trim(d, m);
+    return 0;
+}
+
+/* Close the drained sockets whose time is up (a bounded batch a tick). */
+static void linger_tick(struct cluster *c)
+{
+    nng_socket s[64];
+    size_t n = 0;
+    uint64_t now = mono_ms();
+    while (c->linger.head && c->linger.head->linger_ms <= now && n < 64) {
+        struct member *m = c->linger.head;
+        conn_unlist(c, m);
+        s[n++] = m->push;
+        m->open = 0;
+    }
+    socks_close(s, n);
 }
 
 /* A new table entry (JOINING) dialled at addr. */
@@ -344,7 +441,6 @@ static struct member *member_add(struct cl_ctx *d, uint32_t id, const char *addr
     m->inc = inc;
     m->state = KVTIER__PEER_STATE__PEER_JOINING;
     if (getrandom(m->chal, sizeof m->chal, 0) != (ssize_t)sizeof m->chal) abort();
-    member_dial(d, m);
     return m;
 }
 
@@ -353,18 +449,15 @@ static struct member *member_add(struct cl_ctx *d, uint32_t id, const char *addr
 static void member_named(struct cl_ctx *d, struct member *m, uint32_t id)
 {
     member_rekey(d->cl, m, id, NULL);
-    if (!d->cl->tls) return;
-    member_undial(m);
-    member_dial(d, m);
+    if (d->cl->tls) member_undial(d->cl, m); /* the next send dials it named */
 }
 
 /* Dial m at a new address (its id proven, or it is not alive). */
 static void member_move(struct cl_ctx *d, struct member *m, const char *addr)
 {
     log_info("cluster", "member %u moved: %s -> %s", (unsigned)m->id, m->addr, addr);
-    member_undial(m);
+    member_undial(d->cl, m);
     member_rekey(d->cl, m, m->id, addr);
-    member_dial(d, m);
 }
 
 static const char *state_name(int s)
@@ -397,8 +490,8 @@ static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
 int cl_send(struct cl_ctx *d, struct member *m, Kvtier__PeerMsg *pm)
 {
     struct cluster *c = d->cl;
-    if (!m) return -1;
-    attach_ucx(c, m, pm);
+    if (!m || conn_use(d, m) != 0) return -1;
+    attach_ucx(c, m, pm); /* after the dial: it sets named */
     if (c->tls && m->named) pm->auth_chal = (ProtobufCBinaryData){CL_TOK, m->chal};
     if (c->tls && m->have_proof)
         pm->auth_proof = (ProtobufCBinaryData){CL_TOK, m->proof};
@@ -678,7 +771,8 @@ static void on_unproven(struct cl_ctx *d, struct member *m, const Kvtier__PeerMs
     int join = pm->body_case == KVTIER__PEER_MSG__BODY_JOIN;
     if (!join) c->unproven++; /* a Join unproven is how every node enters */
     cl_reject(c, pm, "sender's node id not proven");
-    if (!join || !m->named ||
+    /* named: the dial to m requires its name (or will, once dialled) */
+    if (!join || !(m->open ? m->named : m->id != 0) ||
         (m->last_unproven_ms && now - m->last_unproven_ms < d->cfg.cluster_heartbeat_ms))
         return;
     m->last_unproven_ms = now;
@@ -877,7 +971,7 @@ static void compact(struct cl_ctx *d)
             continue;
         }
         pg_member_down(d, m);
-        member_undial(m);
+        member_undial(c, m);
         log_info("cluster", "member %u (%s) forgotten", (unsigned)m->id, m->addr);
         cl_member_drop(c, m);
     }
@@ -942,6 +1036,7 @@ void cluster_tick(struct cl_ctx *d)
     struct cluster *c = d->cl;
     if (!c) return;
     compact(d);
+    linger_tick(c);
     mb_drive(d);
     gx_tick(d);
     pg_tick(d);
@@ -1157,7 +1252,8 @@ static void close_sockets(struct cluster *c)
     size_t n = 0;
     if (!s) { /* no room for the list: close them here, unbounded */
         if (c->pull_open) nng_close(c->pull);
-        for (uint32_t i = 0; i < c->n; i++) member_undial(c->m[i]);
+        for (uint32_t i = 0; i < c->n; i++)
+            if (c->m[i]->open) nng_close(c->m[i]->push);
         c->pull_open = 0;
         return;
     }
@@ -1363,5 +1459,12 @@ char *cluster_metrics(const struct cl_ctx *d)
     }
     mt_one(&t, "kvtier_cluster_rx_queue_dropped_total", "counter",
            "Daemon-to-daemon messages dropped because the receive queue was full.", drops);
+    mt_one(&t, "kvtier_cluster_open_connections", "gauge",
+           "Connections to members in use (at most cluster.max_conns).", c ? c->lru.n : 0);
+    mt_one(&t, "kvtier_cluster_draining_connections", "gauge",
+           "Connections evicted and draining before they close.", c ? c->linger.n : 0);
+    mt_one(&t, "kvtier_cluster_lru_closes_total", "counter",
+           "Connections closed because cluster.max_conns were in use (least recently used).",
+           c ? c->lru_closes : 0);
     return t.p;
 }

@@ -20,6 +20,8 @@
 #define CL_MAX_MSG (1u << 20)
 #define CL_CLOSE_MS 2000u /* bound on closing the cluster's sockets */
 #define CL_TOK 16 /* bytes of a member's proof secret (auth_chal) */
+#define CL_LINGER_MS 1000u /* an evicted push socket drains this long, then closes */
+#define CL_CLOSE_ONE_MS 200u /* bound on closing sockets on the core thread */
 
 struct member {
     uint32_t id;             /* 0: a seed not heard from yet */
@@ -48,7 +50,18 @@ struct member {
     struct mb_member *mbm;   /* the membership's record of it, or NULL */
     int gone;                /* reaped: removed from the table at the next tick */
     uint32_t slot;           /* its index in cluster.m */
+    /* push is open (open): on cluster.lru (in use) or cluster.linger
+     * (evicted, draining until linger_ms), per on_list */
+    int on_list;             /* 0: neither, 1: lru, 2: linger */
+    uint64_t linger_ms;
+    struct member *l_prev, *l_next;
     struct member *id_next, *addr_next; /* cluster.c's hash chains */
+};
+
+/* A list of members with open push sockets (cluster.c). */
+struct mlist {
+    struct member *head, *tail;
+    uint32_t n;
 };
 
 struct qmsg {
@@ -85,6 +98,12 @@ struct cluster {
     uint32_t n, cap;
     struct member **by_id, **by_addr;
     uint32_t nb;
+    /* Push sockets are dialled on first send; past cluster.max_conns in
+     * use, the least recently used is evicted: it drains for
+     * CL_LINGER_MS (what it holds may still go out; a send to it takes it
+     * back), then closes at a tick. */
+    struct mlist lru, linger;  /* lru: most recent first; linger: oldest first */
+    uint64_t lru_closes;       /* sockets evicted */
     uint32_t self_id;
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
