@@ -11,7 +11,8 @@
  * that completes only when a later I/O does; peer_corrupt: a holder
  * flips a byte of a chunk a peer is about to pull; peer_lie: and reports
  * the checksum of what it flipped; nng_close_hang and shutdown_hang: a
- * stop that never finishes by itself).
+ * stop that never finishes by itself; conn_close_hang: a member's socket
+ * that never closes).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -43,6 +44,9 @@ enum fault_point {
     FAULT_CLUSTER_STALL, /* the core thread stalls 1 s before it handles
                           * queued daemon-to-daemon messages (a busy
                           * core): the receive queue fills */
+    FAULT_CONN_CLOSE_HANG, /* closing a member's push socket on the core
+                            * thread (evicted or superseded) never returns:
+                            * the close must stay bounded */
     FAULT_COUNT
 };
 

@@ -356,7 +356,7 @@ static void conn_unlist(struct cluster *c, struct member *m)
  * DESIGN-NOTES "Bounded shutdown"); past it they are abandoned. */
 static void socks_close(const nng_socket *s, size_t n)
 {
-    if (n && nngc_close_bounded(s, n, CL_CLOSE_ONE_MS, 0) != 0)
+    if (n && nngc_close_bounded(s, n, CL_CLOSE_ONE_MS, fault_hit(FAULT_CONN_CLOSE_HANG)) != 0)
         log_warn("cluster", "%zu socket(s) did not close within %u ms (nng); abandoned",
                  n, CL_CLOSE_ONE_MS);
 }
