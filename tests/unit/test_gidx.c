@@ -901,6 +901,32 @@ static void test_holder_back_before_settled_stays_found(void **state)
     assert_int_equal(entries(), 0);              /* still drops it all */
 }
 
+/* The member table has no cap: 5000 members (past the old 1024) are each
+ * found by id, pointers stay where they were as the table grows, and
+ * after every other one is dropped the rest are still found and the
+ * dropped are not. */
+static void test_member_table_grows_and_finds(void **state)
+{
+    (void)state;
+    enum { M = 5000, BASE = 100000 };
+    static struct member *at[M];
+    uint32_t n0 = D->cl->n;
+    for (uint32_t i = 0; i < M; i++) at[i] = add_member(BASE + i);
+    assert_int_equal(D->cl->n, n0 + M);
+    for (uint32_t i = 0; i < M; i++) assert_ptr_equal(cl_find(D->cl, BASE + i), at[i]);
+    for (uint32_t i = 0; i < M; i += 2) cl_member_drop(D->cl, at[i]);
+    assert_int_equal(D->cl->n, n0 + M / 2);
+    for (uint32_t i = 0; i < M; i++) {
+        struct member *m = cl_find(D->cl, BASE + i);
+        if (i % 2) assert_ptr_equal(m, at[i]);
+        else assert_null(m);
+    }
+    for (uint32_t i = 0; i < D->cl->n; i++) assert_int_equal(D->cl->m[i]->slot, i);
+    for (uint32_t i = 1; i < M; i += 2) cl_member_drop(D->cl, at[i]);
+    assert_int_equal(D->cl->n, n0);
+    assert_non_null(cl_find(D->cl, 2)); /* the fixture's member is untouched */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -911,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_unowned_kept_until_settled),
         cmocka_unit_test(test_delta_single_change_vs_brute_force),
         cmocka_unit_test(test_delta_sequences_vs_brute_force),
+        cmocka_unit_test(test_member_table_grows_and_finds),
     };
     const struct CMUnitTest wired[] = {
         cmocka_unit_test_setup_teardown(test_join_moves_only_what_changed, setup_join,
