@@ -3,7 +3,7 @@
  * answered into the closed connection (issue 10).
  *
  * Two real daemons on loopback. The peer is slow (SIGSTOP) or dead
- * (SIGKILL, still counted alive: its failure timeout is long), so a
+ * (SIGKILL, still a member: a suspect, with a long suspicion timeout), so a
  * LOOKUP of keys missing here is parked waiting on its answer; the client
  * gives up first (a short client timeout) and closes; once the park's
  * deadline (cluster.lookup_timeout_ms) has passed, the daemon must still
@@ -38,8 +38,12 @@ static struct tcluster T;
 static int setup(void **state)
 {
     (void)state;
+    /* The stopped or killed peer must stay a member (suspect, not dead)
+     * for the whole test: SWIM gives it 100 x log10(2) x 1 s >= 30 s. */
     const char *extra[] = {"--cluster.lookup_timeout_ms", "600",
-                           "--nvme.get_deadline_ms", "600", NULL};
+                           "--nvme.get_deadline_ms", "600",
+                           "--cluster.probe_ms", "1000",
+                           "--cluster.suspicion_mult", "100", NULL};
     setenv("UCX_TLS", "tcp", 1);
     tc_init(&T, 2);
     int rc = 0;
@@ -117,7 +121,7 @@ static void test_lookup_slow_peer_nng(void **state)
 static void test_lookup_dead_peer(void **state)
 {
     (void)state;
-    td_kill(&T.d[1]); /* kill -9; still alive to node 0 for a minute */
+    td_kill(&T.d[1]); /* kill -9; still a member (suspect) to node 0 */
     lookup_and_leave(0, 500);
     lookup_and_leave(1, 600);
     still_serves(3);
