@@ -7,6 +7,7 @@ build=${1:-build}
 cd "$(dirname "$0")/.."
 export KVTIERD=$PWD/$build/bin/kvtierd KVTIERCTL=$PWD/$build/bin/kvtierctl
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 limit=${KVT_TEST_TIMEOUT:-300}
 pass=0 fail=0 skip=0 failed=()

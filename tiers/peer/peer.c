@@ -35,8 +35,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
+
+#include "log.h"
+
+#define EP_CLOSE_MS 500 /* bound on a forced endpoint close (core thread) */
 
 struct peer_fetch {
     struct peer_tier *t;
@@ -246,9 +251,21 @@ void peer_disconnect(struct peer_tier *t, struct peer_conn *c)
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
         ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
-        while (r && UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        /* Bounded: this runs on the core thread, and a peer that froze
+         * must not freeze it (a forced close normally completes at once). */
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (r && UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) {
             ucp_worker_progress(t->w);
-        if (r && UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+                EP_CLOSE_MS) {
+                log_warn("peer", "an endpoint did not close within %d ms; "
+                         "left to complete in the background", EP_CLOSE_MS);
+                break;
+            }
+        }
+        if (r && UCS_PTR_IS_PTR(r)) ucp_request_free(r); /* freed when it completes */
     }
     /* Forced close completed every request: the fetches are on t->ready. */
     for (struct peer_fetch *f = c->fetches; f; f = f->cnext) f->c = NULL;
