@@ -427,6 +427,45 @@ int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
     return found;
 }
 
+kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size)
+{
+    uint8_t *buf = malloc(size);
+    if (!buf) abort();
+    kvt_key k = td_key(seed);
+    const void *b = buf;
+    td_fill(buf, size, seed);
+    kvt_err e = kvt_put(c, ns, &k, &b, &size, 1, NULL, NULL);
+    free(buf);
+    return e;
+}
+
+int tc_found(kvt_client *c, const char *ns, uint64_t seed)
+{
+    kvt_key k = td_key(seed);
+    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
+    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
+    l.ns = (char *)ns, l.keys = &kb, l.n_keys = 1;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
+    q.lookup = &l;
+    Kvtier__Response *r = NULL;
+    if (kvtc_call(c, &q, &r) != KVT_OK) return -1;
+    int f = r->lookup && r->lookup->n_tiers > 0
+                ? r->lookup->tiers[0] != KVTIER__TIER__TIER_NONE
+                : -1;
+    kvtier__response__free_unpacked(r, NULL);
+    return f;
+}
+
+int tc_wait_found(kvt_client *c, const char *ns, uint64_t seed, int ms)
+{
+    for (int t = 0; t * 25 < ms; t++, usleep(25000)) {
+        int f = tc_found(c, ns, seed);
+        if (f != 0) return f > 0 ? 0 : -1;
+    }
+    return -1;
+}
+
 static int view_ok(struct tcluster *c, int i, int alive, int ucx)
 {
     Kvtier__Response *r = NULL;

@@ -117,6 +117,16 @@ kvt_err tc_peers(kvt_client *c, Kvtier__Response **r);
 int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
                    uint32_t deadline_ms);
 
+/* PUT on c, in ns, the key of `seed` with one chunk of size bytes made
+ * by td_fill(seed): the call's result. */
+kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size);
+/* LOOKUP on c of the key of `seed` in ns: 1 found (any tier), 0 not, -1
+ * the call failed. */
+int tc_found(kvt_client *c, const char *ns, uint64_t seed);
+/* Poll tc_found every 25 ms for up to ms: 0 once found, -1 if never (or
+ * a call failed). */
+int tc_wait_found(kvt_client *c, const char *ns, uint64_t seed, int ms);
+
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
 /* Deterministic bytes for (seed, i), and a key from a seed. */
