@@ -255,35 +255,11 @@ static int hello_names_default(kvt_client *c)
 static int fast_fd_not_alpha(void)
 {
     struct stat a = {0}, got;
-    int s = td_fast_connect(&D), rx = -1;
-    CK(s >= 0);
+    Kvtier__Response *r;
+    int rx;
+    CK(td_fast_hello(&D, &r, &rx) == 0);
     CK(stat(alpha_pool, &a) == 0 || errno == ENOENT); /* none: memfd pools */
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    Kvtier__Hello h = KVTIER__HELLO__INIT;
-    h.proto_version = KVT_PROTO_VERSION;
-    q.id = 1;
-    q.body_case = KVTIER__REQUEST__BODY_HELLO;
-    q.hello = &h;
-    uint8_t out[256], in[4096];
-    size_t n = kvtier__request__pack(&q, out + 4), have = 0;
-    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
-    CK(write(s, out, n + 4) == (ssize_t)(n + 4));
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int))];
-    } u;
-    while (have < 4 || have < 4 + (in[0] | (size_t)in[1] << 8)) {
-        struct iovec iov = {in + have, sizeof in - have};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        CK(r > 0);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&rx, CMSG_DATA(c), sizeof rx);
-        have += (size_t)r;
-    }
-    Kvtier__Response *r = kvtier__response__unpack(NULL, in[0] | (size_t)in[1] << 8, in + 4);
-    CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
+    CK(r->body_case == KVTIER__RESPONSE__BODY_HELLO);
     CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
     CK(r->hello->pool_bytes == 64u << 20);
     kvtier__response__free_unpacked(r, NULL);
@@ -293,7 +269,6 @@ static int fast_fd_not_alpha(void)
         CK((uint64_t)got.st_size == 64u << 20);
         close(rx);
     }
-    close(s);
     return 0;
 }
 
@@ -519,12 +494,8 @@ static void test_restart_file(void **state)
 /* A datagram socket at dir/notify, as systemd's $NOTIFY_SOCKET. */
 static int notify_socket(const struct tdaemon *d, char *path, size_t len)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(path, len, "%.90s/notify", d->dir);
-    snprintf(a.sun_path, sizeof a.sun_path, "%.100s", path);
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = td_notify_socket(d, path, len);
     assert_true(s >= 0);
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
     return s;
 }
 
@@ -534,24 +505,10 @@ static int alpha_removed; /* FDSTOREREMOVE of alpha's name was seen */
 static void await_stored(int s, int *def, int *alpha)
 {
     long long end = td_now_ms() + (getenv("KVT_SAN") ? 30000 : 10000);
+    char buf[512];
+    int fd;
     *def = *alpha = -1;
-    while (td_now_ms() < end && (*def < 0 || *alpha < 0)) {
-        struct pollfd p = {s, POLLIN, 0};
-        if (poll(&p, 1, 100) != 1) continue;
-        char buf[512];
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int))];
-        } u;
-        struct iovec iov = {buf, sizeof buf - 1};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        if (r < 0) continue;
-        buf[r] = '\0';
-        int fd = -1;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    while ((*def < 0 || *alpha < 0) && td_notify_recv(s, buf, sizeof buf, &fd, end) >= 0) {
         if (strstr(buf, "FDSTOREREMOVE=1\nFDNAME=kvtier-pool-alpha")) alpha_removed = 1;
         if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool-alpha") && fd >= 0) *alpha = fd;
         else if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool") && fd >= 0) *def = fd;
@@ -602,15 +559,7 @@ static void test_restart_memfd(void **state)
 /* kvtierd must refuse to start with this configuration, saying why. */
 static void refused(const char *const *extra, const char *says)
 {
-    struct tdaemon B;
-    memset(&B, 0, sizeof B);
-    assert_int_equal(td_init(&B), 0);
-    pid_t p = td_spawn(&B, extra);
-    assert_true(p > 0);
-    assert_true(td_wait_exit(p, 10000) != 0);
-    if (!td_log_has(&B, says)) fprintf(stderr, "log lacks '%s'\n", says);
-    assert_true(td_log_has(&B, says));
-    td_cleanup(&B);
+    assert_int_equal(td_refused(extra, says), 0);
 }
 
 static void test_bad_pool_lines(void **state)

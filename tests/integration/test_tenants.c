@@ -393,15 +393,7 @@ static void test_pool_kept_from_tenant(void **state)
 /* kvtierd must refuse to start with this configuration, saying why. */
 static void refused(const char *const *extra, const char *says)
 {
-    struct tdaemon B;
-    assert_int_equal(td_init(&B), 0);
-    pid_t p = td_spawn(&B, extra);
-    assert_true(p > 0);
-    int st = td_wait_exit(p, 10000);
-    assert_true(st != 0);
-    if (!td_log_has(&B, says)) fprintf(stderr, "log lacks '%s'\n", says);
-    assert_true(td_log_has(&B, says));
-    td_cleanup(&B);
+    assert_int_equal(td_refused(extra, says), 0);
 }
 
 static void test_bad_config(void **state)

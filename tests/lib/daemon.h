@@ -54,6 +54,22 @@ kvt_client *td_connect(const struct tdaemon *d);
  * path + ".fast"), for tests that speak the framing themselves; -1 on
  * failure. */
 int td_fast_connect(const struct tdaemon *d);
+/* HELLO over a raw fast-channel connection (td_fast_connect): the answer
+ * into *r (free it with kvtier__response__free_unpacked) and the fd that
+ * came with it into *fd (-1: none; the caller closes it). 0, or -1 if no
+ * answer came or it does not parse. */
+int td_fast_hello(const struct tdaemon *d, Kvtier__Response **r, int *fd);
+/* A datagram socket bound at d's dir/notify, as systemd's
+ * $NOTIFY_SOCKET; its path into path. The socket, or -1. */
+int td_notify_socket(const struct tdaemon *d, char *path, size_t len);
+/* Wait until end (td_now_ms) for one datagram on s: its text into buf
+ * (NUL-ended), the fd that came with it into *fd (-1: none; the caller
+ * closes it). Its length, or -1 if none came by then. */
+int td_notify_recv(int s, char *buf, size_t len, int *fd, long long end);
+/* Start a daemon of its own with extra and expect it to refuse: 0 if it
+ * exits unsuccessfully within 10 s and its log contains says, else -1
+ * (saying on stderr what the log lacks). Its files are removed. */
+int td_refused(const char *const *extra, const char *says);
 /* 1 if the daemon's log contains s. */
 int td_log_has(const struct tdaemon *d, const char *s);
 /* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
