@@ -130,14 +130,8 @@ static void test_members_found_through_etcd(void **state)
 static void test_put_on_one_found_on_another(void **state)
 {
     (void)state;
-    uint8_t buf[CHUNK];
-    for (uint64_t s = 0; s < 8; s++) {
-        kvt_key k = td_key(100 + s);
-        size_t size = CHUNK;
-        const void *b = buf;
-        td_fill(buf, CHUNK, 100 + s);
-        assert_int_equal(kvt_put(T.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    }
+    for (uint64_t s = 0; s < 8; s++)
+        assert_int_equal(tc_put(T.c[0], NS, 100 + s, CHUNK), KVT_OK);
     uint32_t f = 0;
     for (long long end = td_now_ms() + 20000; td_now_ms() < end && f < 8; usleep(100000))
         f = found_on(2, 100, 8);
