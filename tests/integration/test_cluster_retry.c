@@ -41,16 +41,7 @@
 static struct tcluster T;
 #define C T.c
 
-static uint64_t counter(int i, size_t off)
-{
-    Kvtier__Response *r;
-    assert_int_equal(tc_peers(C[i], &r), KVT_OK);
-    uint64_t v;
-    memcpy(&v, (const char *)r->peers + off, sizeof v);
-    kvtier__response__free_unpacked(r, NULL);
-    return v;
-}
-#define COUNTER(i, f) counter(i, offsetof(Kvtier__PeersResp, f))
+#define COUNTER(i, f) tc_counter(C[i], offsetof(Kvtier__PeersResp, f))
 
 static void put_one(int node, uint64_t seed)
 {

@@ -88,17 +88,8 @@ static size_t alive_members(int i)
     return n;
 }
 
-/* A counter of node i's PEERS answer, by field offset. */
-static uint64_t counter(int i, size_t off)
-{
-    Kvtier__Response *r;
-    Kvtier__PeersResp *p = peers(i, &r);
-    uint64_t v;
-    memcpy(&v, (const char *)p + off, sizeof v);
-    kvtier__response__free_unpacked(r, NULL);
-    return v;
-}
-#define COUNTER(i, f) counter(i, offsetof(Kvtier__PeersResp, f))
+/* A counter of node i's PEERS answer. */
+#define COUNTER(i, f) tc_counter(C[i], offsetof(Kvtier__PeersResp, f))
 
 static void put_one(int node, uint64_t seed)
 {
@@ -145,7 +136,7 @@ static int push(Kvtier__PeerMsg *pm, const char *cert)
 static int wait_counter(int i, size_t off, uint64_t want)
 {
     for (int t = 0; t < 200; t++, usleep(25000))
-        if (counter(i, off) >= want) return 0;
+        if (tc_counter(C[i], off) >= want) return 0;
     return -1;
 }
 

@@ -127,17 +127,6 @@ static int run_on(const struct tdaemon *dm, uid_t uid, gid_t gid, int nng,
     return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
 }
 
-static kvt_err put_seed(kvt_client *c, const char *ns, uint64_t seed, size_t size)
-{
-    uint8_t *buf = malloc(size);
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    td_fill(buf, size, seed);
-    kvt_err e = kvt_put(c, ns, &k, &b, &size, 1, NULL, NULL);
-    free(buf);
-    return e;
-}
-
 /* A zero-copy GET of seed's chunk: 0 when its bytes are right. */
 static int get_zero_copy(kvt_client *c, const char *ns, uint64_t seed, size_t size)
 {
@@ -211,10 +200,10 @@ static int as_alpha(void)
     CK(maps_path(D.pool) == 0);                /* not the default pool */
     CK(maps_path(alpha_pool) == 1 || maps_memfd("kvtier-pool-alpha") == 1);
     CK(maps_memfd("kvtier-pool") == 0);
-    for (uint64_t s = 1; s <= 8; s++) CK(put_seed(c, "alpha/m", s, CH) == KVT_OK);
+    for (uint64_t s = 1; s <= 8; s++) CK(tc_put(c, "alpha/m", s, CH) == KVT_OK);
     for (uint64_t s = 1; s <= 8; s++) CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
     CK(get_copy(c, "alpha/m", 3) == KVT_OK);
-    CK(put_seed(c, "beta/m", 9, CH) == KVT_EPERM);
+    CK(tc_put(c, "beta/m", 9, CH) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -285,7 +274,7 @@ static int as_beta(void)
     CK(kvtc_pool_id(c) == 0);
     CK(maps_path(alpha_pool) == 0);
     CK(maps_memfd("kvtier-pool-alpha") == 0);
-    CK(put_seed(c, "beta/m", 21, CH) == KVT_OK);
+    CK(tc_put(c, "beta/m", 21, CH) == KVT_OK);
     CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
     CK(get_copy(c, "alpha/m", 1) == KVT_EPERM);
     kvt_key k = td_key(1);
@@ -314,7 +303,7 @@ static int as_alpha_flood(void)
 {
     kvt_client *c = NULL;
     CK(kvt_connect(D.sock, &c) == KVT_OK);
-    for (uint64_t s = 100; s < 148; s++) CK(put_seed(c, "alpha/big", s, BIG) == KVT_OK);
+    for (uint64_t s = 100; s < 148; s++) CK(tc_put(c, "alpha/big", s, BIG) == KVT_OK);
     CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
     kvt_key k = td_key(100); /* the first went to make room */
     kvt_lease l;
@@ -388,7 +377,7 @@ static void test_operator_copies(void **state)
     pool_file_of(&D, ap, sizeof ap);
     kvt_client *op = td_connect(&D);
     assert_true(kvt_zero_copy(op));
-    assert_int_equal(put_seed(op, "alpha/m", 7, CH), KVT_OK);
+    assert_int_equal(tc_put(op, "alpha/m", 7, CH), KVT_OK);
     assert_int_equal(get_copy(op, "alpha/m", 7), KVT_OK);
     kvt_key k = td_key(7);
     kvt_lease l;
@@ -556,12 +545,6 @@ static void test_restart_memfd(void **state)
     td_cleanup(&R);
 }
 
-/* kvtierd must refuse to start with this configuration, saying why. */
-static void refused(const char *const *extra, const char *says)
-{
-    assert_int_equal(td_refused(extra, says), 0);
-}
-
 static void test_bad_pool_lines(void **state)
 {
     (void)state;
@@ -569,9 +552,9 @@ static void test_bad_pool_lines(void **state)
     const char *name[] = {"--tenants.tenant", "name=x/y uids=1 prefixes=x/ pool=8M", NULL};
     const char *meet[] = {"--tenants.tenant", "name=x uids=1 prefixes=x/ pool=8M",
                           "--tenants.tenant", "name=y uids=2 prefixes=x/a", NULL};
-    refused(small, "pool=4K");
-    refused(name, "its name may hold only");
-    refused(meet, "shares no namespace prefix");
+    assert_int_equal(td_refused(small, "pool=4K"), 0);
+    assert_int_equal(td_refused(name, "its name may hold only"), 0);
+    assert_int_equal(td_refused(meet, "shares no namespace prefix"), 0);
     /* A symlink where alpha's pool file goes: no start, nothing followed. */
     struct tdaemon B;
     char ap[400];

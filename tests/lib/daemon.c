@@ -428,6 +428,20 @@ int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
     return found;
 }
 
+uint64_t tc_counter(kvt_client *c, size_t off)
+{
+    Kvtier__Response *r = NULL;
+    kvt_err e = tc_peers(c, &r);
+    if (e != KVT_OK || !r->peers) {
+        fprintf(stderr, "tc_counter: PEERS failed: %s\n", kvt_strerror(e));
+        abort();
+    }
+    uint64_t v;
+    memcpy(&v, (const char *)r->peers + off, sizeof v);
+    kvtier__response__free_unpacked(r, NULL);
+    return v;
+}
+
 kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size)
 {
     uint8_t *buf = malloc(size);

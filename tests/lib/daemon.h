@@ -127,6 +127,10 @@ int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
  * holds the answer (free it with kvtier__response__free_unpacked). */
 kvt_err tc_peers(kvt_client *c, Kvtier__Response **r);
 
+/* The uint64 field at byte offset off (offsetof(Kvtier__PeersResp, f))
+ * of c's PEERS answer; aborts, saying why, if the call fails. */
+uint64_t tc_counter(kvt_client *c, size_t off);
+
 /* Inline GET on c of the key of `seed` in ns, whose chunk holds size
  * bytes made by td_fill(seed): 1 found with exactly those bytes, 0
  * missed, -1 the call failed or a byte is wrong. */
