@@ -65,14 +65,6 @@ static const char *const tenants_args[] = {
 static struct tdaemon D;
 static char alpha_pool[400]; /* in a child: alpha's pool file */
 
-#define CK(x)                                                                  \
-    do {                                                                       \
-        if (!(x)) {                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-
 /* extra, then more (both NULL-ended) into out. */
 static const char **args2(const char **out, const char *const *extra,
                           const char *const *more)
@@ -113,18 +105,8 @@ static int teardown(void **state)
 static int run_on(const struct tdaemon *dm, uid_t uid, gid_t gid, int nng,
                   const char *role)
 {
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
-        if (nng) setenv("KVTIER_NO_FAST", "1", 1);
-        execl("/proc/self/exe", "test_tenant_pools", "--as", role, dm->dir, dm->pool,
-              (char *)NULL);
-        _exit(103);
-    }
-    int st = 0;
-    if (p < 0 || waitpid(p, &st, 0) != p) return 101;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
+    const char *argv[] = {"test_tenant_pools", "--as", role, dm->dir, dm->pool, NULL};
+    return td_run_self_as(uid, gid, nng, argv);
 }
 
 /* A zero-copy GET of seed's chunk: 0 when its bytes are right. */
@@ -193,17 +175,17 @@ static int as_alpha(void)
 {
     kvt_client *c = NULL;
     /* fd only: the file is the daemon's, 0600 (a memfd pool has none) */
-    CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(kvt_zero_copy(c));
-    CK(kvtc_pool_id(c) != 0);
-    CK(maps_path(D.pool) == 0);                /* not the default pool */
-    CK(maps_path(alpha_pool) == 1 || maps_memfd("kvtier-pool-alpha") == 1);
-    CK(maps_memfd("kvtier-pool") == 0);
-    for (uint64_t s = 1; s <= 8; s++) CK(tc_put(c, "alpha/m", s, CH) == KVT_OK);
-    for (uint64_t s = 1; s <= 8; s++) CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
-    CK(get_copy(c, "alpha/m", 3) == KVT_OK);
-    CK(tc_put(c, "beta/m", 9, CH) == KVT_EPERM);
+    TD_CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(kvt_zero_copy(c));
+    TD_CK(kvtc_pool_id(c) != 0);
+    TD_CK(maps_path(D.pool) == 0);                /* not the default pool */
+    TD_CK(maps_path(alpha_pool) == 1 || maps_memfd("kvtier-pool-alpha") == 1);
+    TD_CK(maps_memfd("kvtier-pool") == 0);
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(tc_put(c, "alpha/m", s, CH) == KVT_OK);
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
+    TD_CK(get_copy(c, "alpha/m", 3) == KVT_OK);
+    TD_CK(tc_put(c, "beta/m", 9, CH) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -212,9 +194,9 @@ static int as_alpha(void)
 static int as_alpha_again(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(kvt_zero_copy(c));
-    for (uint64_t s = 1; s <= 8; s++) CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(kvt_zero_copy(c));
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
     kvt_close(c);
     return 0;
 }
@@ -231,10 +213,10 @@ static int hello_names_default(kvt_client *c)
     q.body_case = KVTIER__REQUEST__BODY_HELLO;
     q.hello = &h;
     size_t n = kvtier__request__pack(&q, buf);
-    CK(kvtc_call_raw(c, buf, n, &r) == KVT_OK);
-    CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
-    CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
-    CK(!strcmp(r->hello->pool_path, D.pool) || !r->hello->pool_path[0]); /* memfd */
+    TD_CK(kvtc_call_raw(c, buf, n, &r) == KVT_OK);
+    TD_CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
+    TD_CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
+    TD_CK(!strcmp(r->hello->pool_path, D.pool) || !r->hello->pool_path[0]); /* memfd */
     kvtier__response__free_unpacked(r, NULL);
     return 0;
 }
@@ -246,16 +228,16 @@ static int fast_fd_not_alpha(void)
     struct stat a = {0}, got;
     Kvtier__Response *r;
     int rx;
-    CK(td_fast_hello(&D, &r, &rx) == 0);
-    CK(stat(alpha_pool, &a) == 0 || errno == ENOENT); /* none: memfd pools */
-    CK(r->body_case == KVTIER__RESPONSE__BODY_HELLO);
-    CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
-    CK(r->hello->pool_bytes == 64u << 20);
+    TD_CK(td_fast_hello(&D, &r, &rx) == 0);
+    TD_CK(stat(alpha_pool, &a) == 0 || errno == ENOENT); /* none: memfd pools */
+    TD_CK(r->body_case == KVTIER__RESPONSE__BODY_HELLO);
+    TD_CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
+    TD_CK(r->hello->pool_bytes == 64u << 20);
     kvtier__response__free_unpacked(r, NULL);
     if (rx >= 0) {
-        CK(fstat(rx, &got) == 0);
-        CK(got.st_ino != a.st_ino || got.st_dev != a.st_dev);
-        CK((uint64_t)got.st_size == 64u << 20);
+        TD_CK(fstat(rx, &got) == 0);
+        TD_CK(got.st_ino != a.st_ino || got.st_dev != a.st_dev);
+        TD_CK((uint64_t)got.st_size == 64u << 20);
         close(rx);
     }
     return 0;
@@ -265,26 +247,26 @@ static int fast_fd_not_alpha(void)
 static int as_beta(void)
 {
     kvt_client *c = NULL;
-    CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(open(alpha_pool, O_RDWR) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(fast_fd_not_alpha() == 0);
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(hello_names_default(c) == 0);
-    CK(kvt_zero_copy(c));
-    CK(kvtc_pool_id(c) == 0);
-    CK(maps_path(alpha_pool) == 0);
-    CK(maps_memfd("kvtier-pool-alpha") == 0);
-    CK(tc_put(c, "beta/m", 21, CH) == KVT_OK);
-    CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
-    CK(get_copy(c, "alpha/m", 1) == KVT_EPERM);
+    TD_CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(open(alpha_pool, O_RDWR) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(fast_fd_not_alpha() == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(hello_names_default(c) == 0);
+    TD_CK(kvt_zero_copy(c));
+    TD_CK(kvtc_pool_id(c) == 0);
+    TD_CK(maps_path(alpha_pool) == 0);
+    TD_CK(maps_memfd("kvtier-pool-alpha") == 0);
+    TD_CK(tc_put(c, "beta/m", 21, CH) == KVT_OK);
+    TD_CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
+    TD_CK(get_copy(c, "alpha/m", 1) == KVT_EPERM);
     kvt_key k = td_key(1);
     kvt_lease l;
     kvt_chunk ch;
     size_t got = 9;
-    CK(kvt_get(c, "alpha/m", &k, 1, &l, &ch, &got) == KVT_EPERM);
+    TD_CK(kvt_get(c, "alpha/m", &k, 1, &l, &ch, &got) == KVT_EPERM);
     /* An offset in alpha's pool cannot be turned into a pointer here. */
-    CK(kvtc_pool_ptr(c, 1, 64u << 20, CH) == NULL);
-    CK(kvtc_pool_ptr(c, 0, 64u << 20, CH) == NULL);
+    TD_CK(kvtc_pool_ptr(c, 1, 64u << 20, CH) == NULL);
+    TD_CK(kvtc_pool_ptr(c, 0, 64u << 20, CH) == NULL);
     kvt_close(c);
     return 0;
 }
@@ -292,8 +274,8 @@ static int as_beta(void)
 static int as_beta_again(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
     kvt_close(c);
     return 0;
 }
@@ -302,14 +284,14 @@ static int as_beta_again(void)
 static int as_alpha_flood(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    for (uint64_t s = 100; s < 148; s++) CK(tc_put(c, "alpha/big", s, BIG) == KVT_OK);
-    CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    for (uint64_t s = 100; s < 148; s++) TD_CK(tc_put(c, "alpha/big", s, BIG) == KVT_OK);
+    TD_CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
     kvt_key k = td_key(100); /* the first went to make room */
     kvt_lease l;
     kvt_chunk ch;
     size_t got = 9;
-    CK(kvt_get(c, "alpha/big", &k, 1, &l, &ch, &got) == KVT_OK && got == 0);
+    TD_CK(kvt_get(c, "alpha/big", &k, 1, &l, &ch, &got) == KVT_OK && got == 0);
     kvt_close(c);
     return 0;
 }

@@ -8,6 +8,7 @@
 #ifndef KVT_TEST_DAEMON_H
 #define KVT_TEST_DAEMON_H
 
+#include <stdio.h>
 #include <sys/types.h>
 
 #include <nng/nng.h>
@@ -70,6 +71,21 @@ int td_notify_recv(int s, char *buf, size_t len, int *fd, long long end);
  * exits unsuccessfully within 10 s and its log contains says, else -1
  * (saying on stderr what the log lacks). Its files are removed. */
 int td_refused(const char *const *extra, const char *says);
+/* Run this test binary again (/proc/self/exe with argv, NULL-ended,
+ * argv[0] its name) as uid and gid with no supplementary groups, and with
+ * KVTIER_NO_FAST=1 when nng is set: its exit status; 100 the ids could
+ * not be taken, 101 fork or wait failed, 102 killed by a signal, 103 exec
+ * failed. A fresh process, not only a fork: nng's threads do not survive
+ * a fork. */
+int td_run_self_as(uid_t uid, gid_t gid, int nng, const char *const *argv);
+/* In such a child: report the failed check and return 1 (its status). */
+#define TD_CK(x)                                                               \
+    do {                                                                       \
+        if (!(x)) {                                                            \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
 /* 1 if the daemon's log contains s. */
 int td_log_has(const struct tdaemon *d, const char *s);
 /* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
