@@ -88,41 +88,13 @@ static void check_keys(kvt_client *c, uint64_t first, int n)
  * answer, or -1 (none). The answer must say the pool is a memfd. */
 static int hello_fd(const struct tdaemon *d)
 {
-    int s = td_fast_connect(d), got = -1;
-    assert_true(s >= 0);
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    Kvtier__Hello h = KVTIER__HELLO__INIT;
-    h.proto_version = KVT_PROTO_VERSION;
-    q.id = 1;
-    q.body_case = KVTIER__REQUEST__BODY_HELLO;
-    q.hello = &h;
-    uint8_t out[256], in[4096];
-    size_t n = kvtier__request__pack(&q, out + 4);
-    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
-    assert_int_equal(write(s, out, n + 4), (ssize_t)(n + 4));
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int))];
-    } u;
-    size_t have = 0;
-    while (have < 4 || have < 4 + (in[0] | (size_t)in[1] << 8)) {
-        struct iovec iov = {in + have, sizeof in - have};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        assert_true(r > 0);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&got, CMSG_DATA(c), sizeof got);
-        have += (size_t)r;
-    }
-    size_t len = in[0] | (size_t)in[1] << 8;
-    Kvtier__Response *r = kvtier__response__unpack(NULL, len, in + 4);
-    assert_non_null(r);
+    Kvtier__Response *r;
+    int got;
+    assert_int_equal(td_fast_hello(d, &r, &got), 0);
     assert_int_equal(r->body_case, KVTIER__RESPONSE__BODY_HELLO);
     assert_true(r->hello->pool_memfd);
     assert_string_equal(r->hello->pool_path, "");
     kvtier__response__free_unpacked(r, NULL);
-    close(s);
     return got;
 }
 
@@ -255,12 +227,8 @@ static void test_memfd_stranger(void **state)
 /* A datagram socket at dir/notify, as systemd's $NOTIFY_SOCKET. */
 static int notify_socket(const struct tdaemon *d, char *path, size_t len)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(path, len, "%s/notify", d->dir);
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = td_notify_socket(d, path, len);
     assert_true(s >= 0);
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
     return s;
 }
 
@@ -269,23 +237,9 @@ static int notify_socket(const struct tdaemon *d, char *path, size_t len)
 static int await_notify(int s, const char *what, int *fd_out)
 {
     long long end = td_now_ms() + (getenv("KVT_SAN") ? 30000 : 10000);
-    while (td_now_ms() < end) {
-        struct pollfd p = {s, POLLIN, 0};
-        if (poll(&p, 1, 100) != 1) continue;
-        char buf[512];
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int))];
-        } u;
-        struct iovec iov = {buf, sizeof buf - 1};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        if (r < 0) continue;
-        buf[r] = '\0';
-        int fd = -1;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    char buf[512];
+    int fd;
+    while (td_notify_recv(s, buf, sizeof buf, &fd, end) >= 0) {
         if (strstr(buf, what)) {
             if (fd_out) *fd_out = fd;
             else if (fd >= 0) close(fd);

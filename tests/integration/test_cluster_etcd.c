@@ -23,6 +23,7 @@
 
 #include "client_internal.h"
 #include "daemon.h"
+#include "etcdtest.h"
 #include "kvtier.h"
 #include "peer/etcd_client.h"
 
@@ -31,49 +32,11 @@
 #define CHUNK 4096
 
 static struct tcluster T;
-static char Dir[256], Url[128], Peer[128];
-static pid_t Etcd = -1;
-
-static void start_etcd(void)
-{
-    char data[300], cl[200], log[300];
-    snprintf(data, sizeof data, "%s/data", Dir);
-    snprintf(cl, sizeof cl, "default=%s", Peer);
-    snprintf(log, sizeof log, "%s/etcd.log", Dir);
-    Etcd = fork();
-    if (Etcd == 0) {
-        if (!freopen(log, "a", stdout) || !freopen(log, "a", stderr)) _exit(126);
-        execlp("etcd", "etcd", "--data-dir", data, "--listen-client-urls", Url,
-               "--advertise-client-urls", Url, "--listen-peer-urls", Peer,
-               "--initial-advertise-peer-urls", Peer, "--initial-cluster", cl, (char *)NULL);
-        _exit(127);
-    }
-}
-
-static void nothing(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-                    int del, int64_t rev)
-{
-    (void)arg, (void)k, (void)kl, (void)v, (void)vl, (void)del, (void)rev;
-}
-
-/* 0 once etcd answers a range (within 20 s). */
-static int wait_etcd(void)
-{
-    char err[256];
-    struct ec *ec = ec_new(Url, 500, err, sizeof err);
-    int64_t rev;
-    int rc = -1;
-    for (long long end = td_now_ms() + 20000; ec && td_now_ms() < end && rc < 0;) {
-        rc = ec_range_prefix(ec, "/kvt-test/", nothing, NULL, &rev, err, sizeof err);
-        if (rc < 0) usleep(100 * 1000);
-    }
-    ec_free(ec);
-    return rc;
-}
+static struct tetcd E;
 
 static int start_node(int i)
 {
-    const char *extra[] = {"--cluster.membership", "etcd", "--cluster.etcd_endpoints", Url,
+    const char *extra[] = {"--cluster.membership", "etcd", "--cluster.etcd_endpoints", E.url,
                            "--cluster.etcd_prefix", "/kvt-test/members/",
                            "--cluster.etcd_lease_s", "2", "--pool-bytes", "64M", NULL};
     return tc_start(&T, i, 2000, extra);
@@ -82,16 +45,8 @@ static int start_node(int i)
 static int setup(void **state)
 {
     (void)state;
-    if (system("command -v etcd >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "etcd is not installed (scripts/deps.sh installs etcd-server)\n");
-        exit(77);
-    }
-    snprintf(Dir, sizeof Dir, "/tmp/kvt-cletcd-XXXXXX");
-    if (!mkdtemp(Dir)) return -1;
-    snprintf(Url, sizeof Url, "http://127.0.0.1:%d", td_free_port());
-    snprintf(Peer, sizeof Peer, "http://127.0.0.1:%d", td_free_port());
-    start_etcd();
-    if (wait_etcd() != 0) return -1;
+    if (te_init(&E, "cletcd") != 0) return -1;
+    if (te_start(&E, "/kvt-test/") != 0) return -1;
     setenv("UCX_TLS", "tcp", 1);
     tc_init(&T, N);
     for (int i = 0; i < N; i++) {
@@ -105,13 +60,7 @@ static int teardown(void **state)
 {
     (void)state;
     int rc = tc_teardown(&T);
-    if (Etcd > 0) {
-        kill(Etcd, SIGKILL);
-        waitpid(Etcd, NULL, 0);
-    }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", Dir);
-    return system(cmd) == 0 ? rc : -1;
+    return te_cleanup(&E) == 0 ? rc : -1;
 }
 
 /* State of member id in node i's view (PEER_NONE if absent); *epoch gets
@@ -181,14 +130,8 @@ static void test_members_found_through_etcd(void **state)
 static void test_put_on_one_found_on_another(void **state)
 {
     (void)state;
-    uint8_t buf[CHUNK];
-    for (uint64_t s = 0; s < 8; s++) {
-        kvt_key k = td_key(100 + s);
-        size_t size = CHUNK;
-        const void *b = buf;
-        td_fill(buf, CHUNK, 100 + s);
-        assert_int_equal(kvt_put(T.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    }
+    for (uint64_t s = 0; s < 8; s++)
+        assert_int_equal(tc_put(T.c[0], NS, 100 + s, CHUNK), KVT_OK);
     uint32_t f = 0;
     for (long long end = td_now_ms() + 20000; td_now_ms() < end && f < 8; usleep(100000))
         f = found_on(2, 100, 8);

@@ -89,12 +89,7 @@ static int teardown(void **state)
 
 static void put_one(int node, uint64_t seed)
 {
-    uint8_t buf[CHUNK];
-    kvt_key k = td_key(seed);
-    size_t size = CHUNK;
-    const void *b = buf;
-    td_fill(buf, CHUNK, seed);
-    assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+    assert_int_equal(tc_put(C[node], NS, seed, CHUNK), KVT_OK);
 }
 
 /* LOOKUP of keys seeded first..first+n through client c; tiers out. */
@@ -215,19 +210,13 @@ static uint64_t index_entries(kvt_client *c)
 static void test_no_flap_while_a_member_joins(void **state)
 {
     (void)state;
-    uint8_t buf[CHUNK];
     tc_init(&J, 3);
     /* A's stall must not be taken for a death: suspicions last >= 10 s */
     static const char *const slow[] = {"--cluster.suspicion_mult", "50", NULL};
     J.seed[1] = 2; /* B joins through C */
     assert_int_equal(tc_start(&J, 0, 20000, slow), 0);
-    for (uint64_t s = 0; s < 16; s++) {
-        kvt_key k = td_key(7000 + s);
-        size_t size = CHUNK;
-        const void *b = buf;
-        td_fill(buf, CHUNK, 7000 + s);
-        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    }
+    for (uint64_t s = 0; s < 16; s++)
+        assert_int_equal(tc_put(J.c[0], NS, 7000 + s, CHUNK), KVT_OK);
     assert_int_equal(tc_start(&J, 2, 20000, slow), 0);
     assert_int_equal(tc_wait_alive(&J, 2, 1, 0), 0);
     assert_int_equal(wait_found_on(J.c[2], 7000, 16), 0);
@@ -253,18 +242,12 @@ static void test_no_flap_while_a_member_joins(void **state)
 static void test_owners_relearn_after_holder_stall(void **state)
 {
     (void)state;
-    uint8_t buf[CHUNK];
     tc_init(&J, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(tc_start(&J, i, i == 0 ? 30000 : 1000, NULL), 0);
     for (int i = 0; i < 3; i++) assert_int_equal(tc_wait_alive(&J, i, 2, 0), 0);
-    for (uint64_t s = 0; s < 16; s++) {
-        kvt_key k = td_key(8000 + s);
-        size_t size = CHUNK;
-        const void *b = buf;
-        td_fill(buf, CHUNK, 8000 + s);
-        assert_int_equal(kvt_put(J.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    }
+    for (uint64_t s = 0; s < 16; s++)
+        assert_int_equal(tc_put(J.c[0], NS, 8000 + s, CHUNK), KVT_OK);
     assert_int_equal(wait_found_on(J.c[2], 8000, 16), 0);
     kill(J.d[0].pid, SIGSTOP);
     for (int t = 0; t < 300 && index_entries(J.c[2]) > 0; t++) usleep(50000);
@@ -394,7 +377,6 @@ static void test_join_moves_only_changed_keys(void **state)
 {
     (void)state;
     struct tcluster M;
-    uint8_t buf[CHUNK];
     const uint32_t ids[4] = {1, 2, 3, 4};
     uint64_t nsh = XXH3_64bits(NS, strlen(NS));
     uint32_t want = 0, o[OW_MAX_REPLICAS];
@@ -403,10 +385,7 @@ static void test_join_moves_only_changed_keys(void **state)
     assert_int_equal(tc_wait_alive(&M, 0, 2, 0), 0);
     for (uint64_t s = 0; s < 60; s++) {
         kvt_key k = td_key(9000 + s);
-        size_t size = CHUNK;
-        const void *b = buf;
-        td_fill(buf, CHUNK, 9000 + s);
-        assert_int_equal(kvt_put(M.c[0], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
+        assert_int_equal(tc_put(M.c[0], NS, 9000 + s, CHUNK), KVT_OK);
         uint32_t n = owners_of(&k, nsh, ids, 4, 2, o);
         for (uint32_t j = 0; j < n; j++) want += o[j] == 4;
     }

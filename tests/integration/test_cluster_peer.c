@@ -112,13 +112,7 @@ static size_t size_of(uint64_t seed)
 
 static void put_one(int node, uint64_t seed)
 {
-    size_t size = size_of(seed);
-    uint8_t *buf = malloc(size);
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    td_fill(buf, size, seed);
-    assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    free(buf);
+    assert_int_equal(tc_put(C[node], NS, seed, size_of(seed)), KVT_OK);
 }
 
 /* Inline GET of one key on node i with a deadline: 1 found (bytes

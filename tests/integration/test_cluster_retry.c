@@ -41,26 +41,11 @@
 static struct tcluster T;
 #define C T.c
 
-static uint64_t counter(int i, size_t off)
-{
-    Kvtier__Response *r;
-    assert_int_equal(tc_peers(C[i], &r), KVT_OK);
-    uint64_t v;
-    memcpy(&v, (const char *)r->peers + off, sizeof v);
-    kvtier__response__free_unpacked(r, NULL);
-    return v;
-}
-#define COUNTER(i, f) counter(i, offsetof(Kvtier__PeersResp, f))
+#define COUNTER(i, f) tc_counter(C[i], offsetof(Kvtier__PeersResp, f))
 
 static void put_one(int node, uint64_t seed)
 {
-    uint8_t *buf = malloc(CHUNK);
-    size_t size = CHUNK;
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    td_fill(buf, size, seed);
-    assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    free(buf);
+    assert_int_equal(tc_put(C[node], NS, seed, CHUNK), KVT_OK);
 }
 
 /* Inline GET of one key on node i: 1 found (bytes checked), 0 missed. */
@@ -71,26 +56,9 @@ static int get_one(int i, uint64_t seed)
     return found;
 }
 
-static int found(int i, uint64_t seed)
-{
-    kvt_key k = td_key(seed);
-    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
-    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
-    l.ns = NS, l.keys = &kb, l.n_keys = 1;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
-    q.lookup = &l;
-    Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
-    int f = r->lookup->tiers[0] != KVTIER__TIER__TIER_NONE;
-    kvtier__response__free_unpacked(r, NULL);
-    return f;
-}
-
 static void wait_found(int i, uint64_t seed)
 {
-    for (int t = 0; t < 400; t++, usleep(25000))
-        if (found(i, seed)) return;
+    if (tc_wait_found(C[i], NS, seed, 10000) == 0) return;
     fail_msg("node %d never found key %llu", i + 1, (unsigned long long)seed);
 }
 

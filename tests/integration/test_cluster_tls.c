@@ -88,27 +88,12 @@ static size_t alive_members(int i)
     return n;
 }
 
-/* A counter of node i's PEERS answer, by field offset. */
-static uint64_t counter(int i, size_t off)
-{
-    Kvtier__Response *r;
-    Kvtier__PeersResp *p = peers(i, &r);
-    uint64_t v;
-    memcpy(&v, (const char *)p + off, sizeof v);
-    kvtier__response__free_unpacked(r, NULL);
-    return v;
-}
-#define COUNTER(i, f) counter(i, offsetof(Kvtier__PeersResp, f))
+/* A counter of node i's PEERS answer. */
+#define COUNTER(i, f) tc_counter(C[i], offsetof(Kvtier__PeersResp, f))
 
 static void put_one(int node, uint64_t seed)
 {
-    uint8_t *buf = malloc(CHUNK);
-    size_t size = CHUNK;
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    td_fill(buf, size, seed);
-    assert_int_equal(kvt_put(C[node], NS, &k, &b, &size, 1, NULL, NULL), KVT_OK);
-    free(buf);
+    assert_int_equal(tc_put(C[node], NS, seed, CHUNK), KVT_OK);
 }
 
 /* Inline GET of one key on node i: 1 found (bytes checked), 0 missed. */
@@ -122,25 +107,14 @@ static int get_one(int i, uint64_t seed)
 /* 1 if a LOOKUP on node i finds the key of seed (any tier). */
 static int found(int i, uint64_t seed)
 {
-    kvt_key k = td_key(seed);
-    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
-    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
-    l.ns = NS, l.keys = &kb, l.n_keys = 1;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
-    q.lookup = &l;
-    Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(C[i], &q, &r), KVT_OK);
-    int f = r->lookup->tiers[0] != KVTIER__TIER__TIER_NONE;
-    kvtier__response__free_unpacked(r, NULL);
+    int f = tc_found(C[i], NS, seed);
+    assert_true(f >= 0); /* answered */
     return f;
 }
 
 static int wait_found(int i, uint64_t seed)
 {
-    for (int t = 0; t < 200; t++, usleep(50000))
-        if (found(i, seed)) return 0;
-    return -1;
+    return tc_wait_found(C[i], NS, seed, 10000);
 }
 
 /* Send pm to node 0 from a raw client with certificate `cert` (NULL on
@@ -162,7 +136,7 @@ static int push(Kvtier__PeerMsg *pm, const char *cert)
 static int wait_counter(int i, size_t off, uint64_t want)
 {
     for (int t = 0; t < 200; t++, usleep(25000))
-        if (counter(i, off) >= want) return 0;
+        if (tc_counter(C[i], off) >= want) return 0;
     return -1;
 }
 

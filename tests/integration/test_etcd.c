@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "etcdtest.h"
 #include "log.h"
 #include "peer/etcd.h"
 #include "peer/etcd_client.h"
@@ -35,8 +36,7 @@
 #define NM 4
 #define PREFIX "/kvt-test/members/"
 
-static char Dir[256], Url[128], Peer[128];
-static pid_t Etcd = -1;
+static struct tetcd E;
 static struct mb *M[NM];
 static enum mb_event Last[NM][NM + 2]; /* per observer, per member id */
 static int Seen[NM][NM + 2];
@@ -70,52 +70,6 @@ static void on_change(void *arg, struct mb *mb, struct mb_member *m, enum mb_eve
     }
 }
 
-static void start_etcd_named(void)
-{
-    /* --initial-cluster must name this member and its peer url */
-    char data[300], cl[200], log[300];
-    snprintf(data, sizeof data, "%s/data", Dir);
-    snprintf(cl, sizeof cl, "default=%s", Peer);
-    snprintf(log, sizeof log, "%s/etcd.log", Dir);
-    Etcd = fork();
-    if (Etcd == 0) {
-        if (!freopen(log, "a", stdout) || !freopen(log, "a", stderr)) _exit(126);
-        execlp("etcd", "etcd", "--data-dir", data, "--listen-client-urls", Url,
-               "--advertise-client-urls", Url, "--listen-peer-urls", Peer,
-               "--initial-advertise-peer-urls", Peer, "--initial-cluster", cl, (char *)NULL);
-        _exit(127);
-    }
-}
-
-static void nothing(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl,
-                    int del, int64_t rev)
-{
-    (void)arg, (void)k, (void)kl, (void)v, (void)vl, (void)del, (void)rev;
-}
-
-/* 0 once etcd answers a range (within 20 s). */
-static int wait_etcd(void)
-{
-    char err[256];
-    struct ec *ec = ec_new(Url, 500, err, sizeof err);
-    int64_t rev;
-    int rc = -1;
-    for (long long end = td_now_ms() + 20000; ec && td_now_ms() < end && rc < 0;) {
-        rc = ec_range_prefix(ec, PREFIX, nothing, NULL, &rev, err, sizeof err);
-        if (rc < 0) usleep(100 * 1000);
-    }
-    ec_free(ec);
-    return rc;
-}
-
-static void kill_etcd(void)
-{
-    if (Etcd <= 0) return;
-    kill(Etcd, SIGKILL);
-    waitpid(Etcd, NULL, 0);
-    Etcd = -1;
-}
-
 static struct mb *member(int i)
 {
     char addr[64];
@@ -125,7 +79,7 @@ static struct mb *member(int i)
     c.self_addr = addr;
     c.meta = "ucx-identity";
     c.meta_len = 12;
-    c.service_url = Url;
+    c.service_url = E.url;
     c.service_prefix = PREFIX;
     c.lease_ms = 2000;
     c.reap_ms = 600000;
@@ -190,26 +144,15 @@ static int setup(void **state)
 {
     (void)state;
     log_set_level(LOG_ERROR);
-    if (system("command -v etcd >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "etcd is not installed (scripts/deps.sh installs etcd-server)\n");
-        exit(77);
-    }
-    snprintf(Dir, sizeof Dir, "/tmp/kvt-etcd-XXXXXX");
-    if (!mkdtemp(Dir)) return -1;
-    snprintf(Url, sizeof Url, "http://127.0.0.1:%d", td_free_port());
-    snprintf(Peer, sizeof Peer, "http://127.0.0.1:%d", td_free_port());
-    start_etcd_named();
-    return wait_etcd();
+    if (te_init(&E, "etcd") != 0) return -1;
+    return te_start(&E, PREFIX);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     for (int i = 0; i < NM; i++) mb_destroy(M[i]);
-    kill_etcd();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", Dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return te_cleanup(&E);
 }
 
 static void test_join_leave_kill(void **state)
@@ -242,13 +185,12 @@ static void test_etcd_killed_and_restarted(void **state)
     char err[256];
     assert_non_null(M[2]);
     assert_true(etcd_up(M[2], NULL, 0));
-    kill_etcd();
+    te_kill(&E);
     assert_true(pump(third_down));
     assert_int_equal(etcd_up(M[2], err, sizeof err), 0);
     assert_true(strlen(err) > 0);                  /* says why */
     assert_true(mb_stats(M[2])->tx_fail > 0);
-    start_etcd_named();
-    assert_int_equal(wait_etcd(), 0);
+    assert_int_equal(te_start(&E, PREFIX), 0);
     M[3] = member(3);
     assert_true(pump(back_and_newcomer));          /* re-registered, watching again */
 }
@@ -276,7 +218,7 @@ static int64_t lease_of(uint32_t id)
     snprintf(key, sizeof key, PREFIX "%u", (unsigned)id);
     ec_b64_encode(key, strlen(key), kb);
     snprintf(body, sizeof body, "{\"key\":\"%s\"}", kb);
-    snprintf(url, sizeof url, "%s/v3/kv/range", Url);
+    snprintf(url, sizeof url, "%s/v3/kv/range", E.url);
     CURL *h = curl_easy_init();
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
@@ -299,7 +241,7 @@ static void test_lease_lost_and_registered_again(void **state)
     int64_t old = lease_of(4);
     assert_true(old > 0);
     uint64_t dead0 = mb_stats(M[2])->events[MB_EV_DEAD];
-    struct ec *ec = ec_new(Url, 2000, err, sizeof err);
+    struct ec *ec = ec_new(E.url, 2000, err, sizeof err);
     assert_int_equal(ec_revoke(ec, old, err, sizeof err), 0);
     ec_free(ec);
     assert_true(pump(both_alive_again));
@@ -329,7 +271,7 @@ static void test_hostile_keys_refused(void **state)
     (void)state;
     char err[256];
     int64_t rev;
-    struct ec *ec = ec_new(Url, 2000, err, sizeof err);
+    struct ec *ec = ec_new(E.url, 2000, err, sizeof err);
     assert_non_null(ec);
     size_t before = mb_count(M[2]);
     uint64_t bad0 = mb_stats(M[2])->rx_bad;
@@ -453,7 +395,7 @@ static void test_config_keys(void **state)
     config_defaults(&c);
     assert_int_equal(config_set(&c, "cluster.membership", "etcd", err, sizeof err), 0);
     assert_int_equal(config_finish(&c, err, sizeof err), -1); /* no endpoints */
-    assert_int_equal(config_set(&c, "cluster.etcd_endpoints", Url, err, sizeof err), 0);
+    assert_int_equal(config_set(&c, "cluster.etcd_endpoints", E.url, err, sizeof err), 0);
     assert_int_equal(config_set(&c, "cluster.etcd_lease_s", "1", err, sizeof err), -1);
     assert_int_equal(config_set(&c, "cluster.etcd_lease_s", "5", err, sizeof err), 0);
     assert_int_equal(config_finish(&c, err, sizeof err), 0);

@@ -36,12 +36,7 @@ static const char *const guard_args[] = {"--daemon.shutdown_timeout_ms", "1500",
 
 static void put_one(kvt_client *c, uint64_t seed)
 {
-    char buf[CHUNK];
-    td_fill(buf, sizeof buf, seed);
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    size_t sz = sizeof buf;
-    assert_int_equal(kvt_put(c, "shut", &k, &b, &sz, 1, NULL, NULL), KVT_OK);
+    assert_int_equal(tc_put(c, "shut", seed, CHUNK), KVT_OK);
 }
 
 /* 1 if the daemon serves the chunk of seed with the right bytes. */

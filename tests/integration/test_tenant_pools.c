@@ -65,14 +65,6 @@ static const char *const tenants_args[] = {
 static struct tdaemon D;
 static char alpha_pool[400]; /* in a child: alpha's pool file */
 
-#define CK(x)                                                                  \
-    do {                                                                       \
-        if (!(x)) {                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-
 /* extra, then more (both NULL-ended) into out. */
 static const char **args2(const char **out, const char *const *extra,
                           const char *const *more)
@@ -113,29 +105,8 @@ static int teardown(void **state)
 static int run_on(const struct tdaemon *dm, uid_t uid, gid_t gid, int nng,
                   const char *role)
 {
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
-        if (nng) setenv("KVTIER_NO_FAST", "1", 1);
-        execl("/proc/self/exe", "test_tenant_pools", "--as", role, dm->dir, dm->pool,
-              (char *)NULL);
-        _exit(103);
-    }
-    int st = 0;
-    if (p < 0 || waitpid(p, &st, 0) != p) return 101;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
-}
-
-static kvt_err put_seed(kvt_client *c, const char *ns, uint64_t seed, size_t size)
-{
-    uint8_t *buf = malloc(size);
-    kvt_key k = td_key(seed);
-    const void *b = buf;
-    td_fill(buf, size, seed);
-    kvt_err e = kvt_put(c, ns, &k, &b, &size, 1, NULL, NULL);
-    free(buf);
-    return e;
+    const char *argv[] = {"test_tenant_pools", "--as", role, dm->dir, dm->pool, NULL};
+    return td_run_self_as(uid, gid, nng, argv);
 }
 
 /* A zero-copy GET of seed's chunk: 0 when its bytes are right. */
@@ -204,17 +175,17 @@ static int as_alpha(void)
 {
     kvt_client *c = NULL;
     /* fd only: the file is the daemon's, 0600 (a memfd pool has none) */
-    CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(kvt_zero_copy(c));
-    CK(kvtc_pool_id(c) != 0);
-    CK(maps_path(D.pool) == 0);                /* not the default pool */
-    CK(maps_path(alpha_pool) == 1 || maps_memfd("kvtier-pool-alpha") == 1);
-    CK(maps_memfd("kvtier-pool") == 0);
-    for (uint64_t s = 1; s <= 8; s++) CK(put_seed(c, "alpha/m", s, CH) == KVT_OK);
-    for (uint64_t s = 1; s <= 8; s++) CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
-    CK(get_copy(c, "alpha/m", 3) == KVT_OK);
-    CK(put_seed(c, "beta/m", 9, CH) == KVT_EPERM);
+    TD_CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(kvt_zero_copy(c));
+    TD_CK(kvtc_pool_id(c) != 0);
+    TD_CK(maps_path(D.pool) == 0);                /* not the default pool */
+    TD_CK(maps_path(alpha_pool) == 1 || maps_memfd("kvtier-pool-alpha") == 1);
+    TD_CK(maps_memfd("kvtier-pool") == 0);
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(tc_put(c, "alpha/m", s, CH) == KVT_OK);
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
+    TD_CK(get_copy(c, "alpha/m", 3) == KVT_OK);
+    TD_CK(tc_put(c, "beta/m", 9, CH) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -223,9 +194,9 @@ static int as_alpha(void)
 static int as_alpha_again(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(kvt_zero_copy(c));
-    for (uint64_t s = 1; s <= 8; s++) CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(kvt_zero_copy(c));
+    for (uint64_t s = 1; s <= 8; s++) TD_CK(get_zero_copy(c, "alpha/m", s, CH) == 0);
     kvt_close(c);
     return 0;
 }
@@ -242,10 +213,10 @@ static int hello_names_default(kvt_client *c)
     q.body_case = KVTIER__REQUEST__BODY_HELLO;
     q.hello = &h;
     size_t n = kvtier__request__pack(&q, buf);
-    CK(kvtc_call_raw(c, buf, n, &r) == KVT_OK);
-    CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
-    CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
-    CK(!strcmp(r->hello->pool_path, D.pool) || !r->hello->pool_path[0]); /* memfd */
+    TD_CK(kvtc_call_raw(c, buf, n, &r) == KVT_OK);
+    TD_CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
+    TD_CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
+    TD_CK(!strcmp(r->hello->pool_path, D.pool) || !r->hello->pool_path[0]); /* memfd */
     kvtier__response__free_unpacked(r, NULL);
     return 0;
 }
@@ -255,45 +226,20 @@ static int hello_names_default(kvt_client *c)
 static int fast_fd_not_alpha(void)
 {
     struct stat a = {0}, got;
-    int s = td_fast_connect(&D), rx = -1;
-    CK(s >= 0);
-    CK(stat(alpha_pool, &a) == 0 || errno == ENOENT); /* none: memfd pools */
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    Kvtier__Hello h = KVTIER__HELLO__INIT;
-    h.proto_version = KVT_PROTO_VERSION;
-    q.id = 1;
-    q.body_case = KVTIER__REQUEST__BODY_HELLO;
-    q.hello = &h;
-    uint8_t out[256], in[4096];
-    size_t n = kvtier__request__pack(&q, out + 4), have = 0;
-    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
-    CK(write(s, out, n + 4) == (ssize_t)(n + 4));
-    union {
-        struct cmsghdr c;
-        char b[CMSG_SPACE(sizeof(int))];
-    } u;
-    while (have < 4 || have < 4 + (in[0] | (size_t)in[1] << 8)) {
-        struct iovec iov = {in + have, sizeof in - have};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        CK(r > 0);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&rx, CMSG_DATA(c), sizeof rx);
-        have += (size_t)r;
-    }
-    Kvtier__Response *r = kvtier__response__unpack(NULL, in[0] | (size_t)in[1] << 8, in + 4);
-    CK(r && r->body_case == KVTIER__RESPONSE__BODY_HELLO);
-    CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
-    CK(r->hello->pool_bytes == 64u << 20);
+    Kvtier__Response *r;
+    int rx;
+    TD_CK(td_fast_hello(&D, &r, &rx) == 0);
+    TD_CK(stat(alpha_pool, &a) == 0 || errno == ENOENT); /* none: memfd pools */
+    TD_CK(r->body_case == KVTIER__RESPONSE__BODY_HELLO);
+    TD_CK(r->hello->pool == 0 && r->hello->pool_offset == 0);
+    TD_CK(r->hello->pool_bytes == 64u << 20);
     kvtier__response__free_unpacked(r, NULL);
     if (rx >= 0) {
-        CK(fstat(rx, &got) == 0);
-        CK(got.st_ino != a.st_ino || got.st_dev != a.st_dev);
-        CK((uint64_t)got.st_size == 64u << 20);
+        TD_CK(fstat(rx, &got) == 0);
+        TD_CK(got.st_ino != a.st_ino || got.st_dev != a.st_dev);
+        TD_CK((uint64_t)got.st_size == 64u << 20);
         close(rx);
     }
-    close(s);
     return 0;
 }
 
@@ -301,26 +247,26 @@ static int fast_fd_not_alpha(void)
 static int as_beta(void)
 {
     kvt_client *c = NULL;
-    CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(open(alpha_pool, O_RDWR) < 0 && (errno == EACCES || errno == ENOENT));
-    CK(fast_fd_not_alpha() == 0);
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(hello_names_default(c) == 0);
-    CK(kvt_zero_copy(c));
-    CK(kvtc_pool_id(c) == 0);
-    CK(maps_path(alpha_pool) == 0);
-    CK(maps_memfd("kvtier-pool-alpha") == 0);
-    CK(put_seed(c, "beta/m", 21, CH) == KVT_OK);
-    CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
-    CK(get_copy(c, "alpha/m", 1) == KVT_EPERM);
+    TD_CK(open(alpha_pool, O_RDONLY) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(open(alpha_pool, O_RDWR) < 0 && (errno == EACCES || errno == ENOENT));
+    TD_CK(fast_fd_not_alpha() == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(hello_names_default(c) == 0);
+    TD_CK(kvt_zero_copy(c));
+    TD_CK(kvtc_pool_id(c) == 0);
+    TD_CK(maps_path(alpha_pool) == 0);
+    TD_CK(maps_memfd("kvtier-pool-alpha") == 0);
+    TD_CK(tc_put(c, "beta/m", 21, CH) == KVT_OK);
+    TD_CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
+    TD_CK(get_copy(c, "alpha/m", 1) == KVT_EPERM);
     kvt_key k = td_key(1);
     kvt_lease l;
     kvt_chunk ch;
     size_t got = 9;
-    CK(kvt_get(c, "alpha/m", &k, 1, &l, &ch, &got) == KVT_EPERM);
+    TD_CK(kvt_get(c, "alpha/m", &k, 1, &l, &ch, &got) == KVT_EPERM);
     /* An offset in alpha's pool cannot be turned into a pointer here. */
-    CK(kvtc_pool_ptr(c, 1, 64u << 20, CH) == NULL);
-    CK(kvtc_pool_ptr(c, 0, 64u << 20, CH) == NULL);
+    TD_CK(kvtc_pool_ptr(c, 1, 64u << 20, CH) == NULL);
+    TD_CK(kvtc_pool_ptr(c, 0, 64u << 20, CH) == NULL);
     kvt_close(c);
     return 0;
 }
@@ -328,8 +274,8 @@ static int as_beta(void)
 static int as_beta_again(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(get_zero_copy(c, "beta/m", 21, CH) == 0);
     kvt_close(c);
     return 0;
 }
@@ -338,14 +284,14 @@ static int as_beta_again(void)
 static int as_alpha_flood(void)
 {
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    for (uint64_t s = 100; s < 148; s++) CK(put_seed(c, "alpha/big", s, BIG) == KVT_OK);
-    CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    for (uint64_t s = 100; s < 148; s++) TD_CK(tc_put(c, "alpha/big", s, BIG) == KVT_OK);
+    TD_CK(get_zero_copy(c, "alpha/big", 147, BIG) == 0);
     kvt_key k = td_key(100); /* the first went to make room */
     kvt_lease l;
     kvt_chunk ch;
     size_t got = 9;
-    CK(kvt_get(c, "alpha/big", &k, 1, &l, &ch, &got) == KVT_OK && got == 0);
+    TD_CK(kvt_get(c, "alpha/big", &k, 1, &l, &ch, &got) == KVT_OK && got == 0);
     kvt_close(c);
     return 0;
 }
@@ -413,7 +359,7 @@ static void test_operator_copies(void **state)
     pool_file_of(&D, ap, sizeof ap);
     kvt_client *op = td_connect(&D);
     assert_true(kvt_zero_copy(op));
-    assert_int_equal(put_seed(op, "alpha/m", 7, CH), KVT_OK);
+    assert_int_equal(tc_put(op, "alpha/m", 7, CH), KVT_OK);
     assert_int_equal(get_copy(op, "alpha/m", 7), KVT_OK);
     kvt_key k = td_key(7);
     kvt_lease l;
@@ -519,12 +465,8 @@ static void test_restart_file(void **state)
 /* A datagram socket at dir/notify, as systemd's $NOTIFY_SOCKET. */
 static int notify_socket(const struct tdaemon *d, char *path, size_t len)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(path, len, "%.90s/notify", d->dir);
-    snprintf(a.sun_path, sizeof a.sun_path, "%.100s", path);
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = td_notify_socket(d, path, len);
     assert_true(s >= 0);
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
     return s;
 }
 
@@ -534,24 +476,10 @@ static int alpha_removed; /* FDSTOREREMOVE of alpha's name was seen */
 static void await_stored(int s, int *def, int *alpha)
 {
     long long end = td_now_ms() + (getenv("KVT_SAN") ? 30000 : 10000);
+    char buf[512];
+    int fd;
     *def = *alpha = -1;
-    while (td_now_ms() < end && (*def < 0 || *alpha < 0)) {
-        struct pollfd p = {s, POLLIN, 0};
-        if (poll(&p, 1, 100) != 1) continue;
-        char buf[512];
-        union {
-            struct cmsghdr c;
-            char b[CMSG_SPACE(sizeof(int))];
-        } u;
-        struct iovec iov = {buf, sizeof buf - 1};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                           .msg_controllen = sizeof u.b};
-        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-        if (r < 0) continue;
-        buf[r] = '\0';
-        int fd = -1;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    while ((*def < 0 || *alpha < 0) && td_notify_recv(s, buf, sizeof buf, &fd, end) >= 0) {
         if (strstr(buf, "FDSTOREREMOVE=1\nFDNAME=kvtier-pool-alpha")) alpha_removed = 1;
         if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool-alpha") && fd >= 0) *alpha = fd;
         else if (strstr(buf, "FDSTORE=1\nFDNAME=kvtier-pool") && fd >= 0) *def = fd;
@@ -599,20 +527,6 @@ static void test_restart_memfd(void **state)
     td_cleanup(&R);
 }
 
-/* kvtierd must refuse to start with this configuration, saying why. */
-static void refused(const char *const *extra, const char *says)
-{
-    struct tdaemon B;
-    memset(&B, 0, sizeof B);
-    assert_int_equal(td_init(&B), 0);
-    pid_t p = td_spawn(&B, extra);
-    assert_true(p > 0);
-    assert_true(td_wait_exit(p, 10000) != 0);
-    if (!td_log_has(&B, says)) fprintf(stderr, "log lacks '%s'\n", says);
-    assert_true(td_log_has(&B, says));
-    td_cleanup(&B);
-}
-
 static void test_bad_pool_lines(void **state)
 {
     (void)state;
@@ -620,9 +534,9 @@ static void test_bad_pool_lines(void **state)
     const char *name[] = {"--tenants.tenant", "name=x/y uids=1 prefixes=x/ pool=8M", NULL};
     const char *meet[] = {"--tenants.tenant", "name=x uids=1 prefixes=x/ pool=8M",
                           "--tenants.tenant", "name=y uids=2 prefixes=x/a", NULL};
-    refused(small, "pool=4K");
-    refused(name, "its name may hold only");
-    refused(meet, "shares no namespace prefix");
+    assert_int_equal(td_refused(small, "pool=4K"), 0);
+    assert_int_equal(td_refused(name, "its name may hold only"), 0);
+    assert_int_equal(td_refused(meet, "shares no namespace prefix"), 0);
     /* A symlink where alpha's pool file goes: no start, nothing followed. */
     struct tdaemon B;
     char ap[400];

@@ -47,15 +47,6 @@
 
 static struct tdaemon D;
 
-/* In a child: report the failed check and exit with status 1. */
-#define CK(x)                                                                  \
-    do {                                                                       \
-        if (!(x)) {                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-
 static int setup(void **state)
 {
     (void)state;
@@ -90,17 +81,8 @@ static int run_on(const struct tdaemon *dm, uid_t uid, gid_t gid, int nng,
 {
     char dir[300];
     snprintf(dir, sizeof dir, "%s", dm->dir);
-    fflush(NULL);
-    pid_t p = fork();
-    if (p == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
-        if (nng) setenv("KVTIER_NO_FAST", "1", 1);
-        execl("/proc/self/exe", "test_tenants", "--as", role, dir, (char *)NULL);
-        _exit(103);
-    }
-    int st = 0;
-    if (p < 0 || waitpid(p, &st, 0) != p) return 101;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
+    const char *argv[] = {"test_tenants", "--as", role, dir, NULL};
+    return td_run_self_as(uid, gid, nng, argv);
 }
 
 static int run_as(uid_t uid, gid_t gid, int nng, const char *role)
@@ -186,28 +168,28 @@ static int as_alpha(void *arg)
     size_t n = 0;
     uint64_t u = 0;
     int sees_beta = 1;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(put1(c, "alpha/m", 1) == KVT_OK);
-    CK(put1(c, "shared-a/m", 2) == KVT_OK);
-    CK(get1(c, "alpha/m", 1) == KVT_OK);
-    CK(kvt_lookup(c, "alpha/m", &k, 1, &n, NULL) == KVT_OK);
-    CK(list(c, "alpha/m", &n) == KVT_OK && n == 1);
-    CK(get1(c, "beta/m", 7) == KVT_EPERM);
-    CK(kvt_lookup(c, "beta/m", &k, 1, &n, NULL) == KVT_EPERM);
-    CK(strstr(kvt_last_error(c), "not tenant alpha's") != NULL);
-    CK(kvt_delete(c, "beta/m", &k, 1, &n) == KVT_EPERM);
-    CK(put1(c, "beta/m", 8) == KVT_EPERM);
-    CK(put1(c, "alphabet/m", 8) == KVT_EPERM); /* a prefix is not a substring */
-    CK(list(c, "beta/m", &n) == KVT_EPERM);
-    CK(list(c, "", &n) == KVT_EPERM);
-    CK(strstr(kvt_last_error(c), "not an operator") != NULL);
-    CK(kvt_clear(c, "alpha/m", &u) == KVT_EPERM);
-    CK(kvt_clear(c, "beta/m", &u) == KVT_EPERM);
-    CK(kvt_evict(c, 0, &u) == KVT_EPERM);
-    CK(operator_req(c, KVTIER__REQUEST__BODY_FLUSH) == KVT_EPERM);
-    CK(operator_req(c, KVTIER__REQUEST__BODY_VERIFY) == KVT_EPERM);
-    CK(operator_req(c, KVTIER__REQUEST__BODY_PEERS) == KVT_EPERM);
-    CK(stats_ns(c, &n, &sees_beta) == KVT_OK && !sees_beta && n >= 1);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(put1(c, "alpha/m", 1) == KVT_OK);
+    TD_CK(put1(c, "shared-a/m", 2) == KVT_OK);
+    TD_CK(get1(c, "alpha/m", 1) == KVT_OK);
+    TD_CK(kvt_lookup(c, "alpha/m", &k, 1, &n, NULL) == KVT_OK);
+    TD_CK(list(c, "alpha/m", &n) == KVT_OK && n == 1);
+    TD_CK(get1(c, "beta/m", 7) == KVT_EPERM);
+    TD_CK(kvt_lookup(c, "beta/m", &k, 1, &n, NULL) == KVT_EPERM);
+    TD_CK(strstr(kvt_last_error(c), "not tenant alpha's") != NULL);
+    TD_CK(kvt_delete(c, "beta/m", &k, 1, &n) == KVT_EPERM);
+    TD_CK(put1(c, "beta/m", 8) == KVT_EPERM);
+    TD_CK(put1(c, "alphabet/m", 8) == KVT_EPERM); /* a prefix is not a substring */
+    TD_CK(list(c, "beta/m", &n) == KVT_EPERM);
+    TD_CK(list(c, "", &n) == KVT_EPERM);
+    TD_CK(strstr(kvt_last_error(c), "not an operator") != NULL);
+    TD_CK(kvt_clear(c, "alpha/m", &u) == KVT_EPERM);
+    TD_CK(kvt_clear(c, "beta/m", &u) == KVT_EPERM);
+    TD_CK(kvt_evict(c, 0, &u) == KVT_EPERM);
+    TD_CK(operator_req(c, KVTIER__REQUEST__BODY_FLUSH) == KVT_EPERM);
+    TD_CK(operator_req(c, KVTIER__REQUEST__BODY_VERIFY) == KVT_EPERM);
+    TD_CK(operator_req(c, KVTIER__REQUEST__BODY_PEERS) == KVT_EPERM);
+    TD_CK(stats_ns(c, &n, &sees_beta) == KVT_OK && !sees_beta && n >= 1);
     kvt_close(c);
     return 0;
 }
@@ -249,9 +231,9 @@ static int as_beta(void *arg)
 {
     (void)arg;
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(get1(c, "beta/m", 7) == KVT_OK);
-    CK(get1(c, "alpha/m", 1) == KVT_EPERM);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(get1(c, "beta/m", 7) == KVT_OK);
+    TD_CK(get1(c, "alpha/m", 1) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -273,7 +255,7 @@ static int as_nobody(void *arg)
 {
     (void)arg;
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_EPERM);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_EPERM);
     return 0;
 }
 
@@ -291,10 +273,10 @@ static int as_gamma(void *arg)
 {
     (void)arg;
     kvt_client *c = NULL;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(put1(c, "gamma/m", 30) == KVT_OK);
-    CK(get1(c, "gamma/m", 30) == KVT_OK);
-    CK(put1(c, "alpha/m", 31) == KVT_EPERM);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(put1(c, "gamma/m", 30) == KVT_OK);
+    TD_CK(get1(c, "gamma/m", 30) == KVT_OK);
+    TD_CK(put1(c, "alpha/m", 31) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -314,11 +296,11 @@ static int as_admin(void *arg)
     kvt_client *c = NULL;
     size_t n = 0;
     uint64_t u = 0;
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(list(c, "", &n) == KVT_OK && n >= 1);
-    CK(get1(c, "beta/m", 7) == KVT_OK);
-    CK(kvt_clear(c, "beta/m", &u) == KVT_OK && u == 1);
-    CK(kvt_evict(c, 4096, &u) == KVT_OK);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(list(c, "", &n) == KVT_OK && n >= 1);
+    TD_CK(get1(c, "beta/m", 7) == KVT_OK);
+    TD_CK(kvt_clear(c, "beta/m", &u) == KVT_OK && u == 1);
+    TD_CK(kvt_evict(c, 4096, &u) == KVT_OK);
     kvt_close(c);
     return 0;
 }
@@ -342,11 +324,11 @@ static int as_pooled(void *arg)
     (void)arg;
     kvt_client *c = NULL;
     int fd = open(D.pool, O_RDONLY);
-    CK(fd >= 0);
+    TD_CK(fd >= 0);
     close(fd);
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(kvt_zero_copy(c));
-    CK(put1(c, "alpha/p", 40) == KVT_OK);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(kvt_zero_copy(c));
+    TD_CK(put1(c, "alpha/p", 40) == KVT_OK);
     kvt_close(c);
     return 0;
 }
@@ -357,13 +339,13 @@ static int as_unpooled(void *arg)
 {
     (void)arg;
     kvt_client *c = NULL;
-    CK(open(D.pool, O_RDONLY) < 0 && errno == EACCES);
-    CK(open(D.pool, O_RDWR) < 0 && errno == EACCES);
-    CK(kvt_connect(D.sock, &c) == KVT_OK);
-    CK(!kvt_zero_copy(c));
-    CK(put1(c, "beta/p", 41) == KVT_OK);
-    CK(get1(c, "beta/p", 41) == KVT_OK);
-    CK(get1(c, "alpha/p", 40) == KVT_EPERM);
+    TD_CK(open(D.pool, O_RDONLY) < 0 && errno == EACCES);
+    TD_CK(open(D.pool, O_RDWR) < 0 && errno == EACCES);
+    TD_CK(kvt_connect(D.sock, &c) == KVT_OK);
+    TD_CK(!kvt_zero_copy(c));
+    TD_CK(put1(c, "beta/p", 41) == KVT_OK);
+    TD_CK(get1(c, "beta/p", 41) == KVT_OK);
+    TD_CK(get1(c, "alpha/p", 40) == KVT_EPERM);
     kvt_close(c);
     return 0;
 }
@@ -390,20 +372,6 @@ static void test_pool_kept_from_tenant(void **state)
     td_cleanup(&P);
 }
 
-/* kvtierd must refuse to start with this configuration, saying why. */
-static void refused(const char *const *extra, const char *says)
-{
-    struct tdaemon B;
-    assert_int_equal(td_init(&B), 0);
-    pid_t p = td_spawn(&B, extra);
-    assert_true(p > 0);
-    int st = td_wait_exit(p, 10000);
-    assert_true(st != 0);
-    if (!td_log_has(&B, says)) fprintf(stderr, "log lacks '%s'\n", says);
-    assert_true(td_log_has(&B, says));
-    td_cleanup(&B);
-}
-
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -420,12 +388,12 @@ static void test_bad_config(void **state)
     const char *plain[] = {"--tcp", url, NULL};
     const char *plain_tenants[] = {"--tcp", url, "--tcp-insecure", "1",
                                    "--tenants.tenant", "name=x uids=1 prefixes=x/", NULL};
-    refused(no_prefix, "no prefixes");
-    refused(no_ids, "no uids, gids or tls listener");
-    refused(bad_uid, "uids=1,-2");
-    refused(twice, "name used twice");
-    refused(field, "colour=red");
-    refused(group, "no such group");
+    assert_int_equal(td_refused(no_prefix, "no prefixes"), 0);
+    assert_int_equal(td_refused(no_ids, "no uids, gids or tls listener"), 0);
+    assert_int_equal(td_refused(bad_uid, "uids=1,-2"), 0);
+    assert_int_equal(td_refused(twice, "name used twice"), 0);
+    assert_int_equal(td_refused(field, "colour=red"), 0);
+    assert_int_equal(td_refused(group, "no such group"), 0);
     char many[CFG_LINES][64];
     const char *too_many[2 * CFG_LINES + 1];
     for (int i = 0; i < CFG_LINES; i++) {
@@ -440,12 +408,12 @@ static void test_bad_config(void **state)
                                 "name=x uids=1 prefixes=x/", NULL};
     const char *not_tls[] = {"--tenants.tenant", "name=x prefixes=x/ "
                              "tls=tcp://127.0.0.1:1 ca=/x", NULL};
-    refused(too_many, "too many tenants");
-    refused(tls_no_ca, "tls and ca go together");
-    refused(tcp_socket, "daemon.socket must be ipc://");
-    refused(not_tls, "tls=tcp://127.0.0.1:1");
-    refused(plain, "is plain tcp");
-    refused(plain_tenants, "not allowed with tenants");
+    assert_int_equal(td_refused(too_many, "too many tenants"), 0);
+    assert_int_equal(td_refused(tls_no_ca, "tls and ca go together"), 0);
+    assert_int_equal(td_refused(tcp_socket, "daemon.socket must be ipc://"), 0);
+    assert_int_equal(td_refused(not_tls, "tls=tcp://127.0.0.1:1"), 0);
+    assert_int_equal(td_refused(plain, "is plain tcp"), 0);
+    assert_int_equal(td_refused(plain_tenants, "not allowed with tenants"), 0);
 }
 
 

@@ -5,7 +5,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +429,59 @@ int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
     return found;
 }
 
+uint64_t tc_counter(kvt_client *c, size_t off)
+{
+    Kvtier__Response *r = NULL;
+    kvt_err e = tc_peers(c, &r);
+    if (e != KVT_OK || !r->peers) {
+        fprintf(stderr, "tc_counter: PEERS failed: %s\n", kvt_strerror(e));
+        abort();
+    }
+    uint64_t v;
+    memcpy(&v, (const char *)r->peers + off, sizeof v);
+    kvtier__response__free_unpacked(r, NULL);
+    return v;
+}
+
+kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size)
+{
+    uint8_t *buf = malloc(size);
+    if (!buf) abort();
+    kvt_key k = td_key(seed);
+    const void *b = buf;
+    td_fill(buf, size, seed);
+    kvt_err e = kvt_put(c, ns, &k, &b, &size, 1, NULL, NULL);
+    free(buf);
+    return e;
+}
+
+int tc_found(kvt_client *c, const char *ns, uint64_t seed)
+{
+    kvt_key k = td_key(seed);
+    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
+    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
+    l.ns = (char *)ns, l.keys = &kb, l.n_keys = 1;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
+    q.lookup = &l;
+    Kvtier__Response *r = NULL;
+    if (kvtc_call(c, &q, &r) != KVT_OK) return -1;
+    int f = r->lookup && r->lookup->n_tiers > 0
+                ? r->lookup->tiers[0] != KVTIER__TIER__TIER_NONE
+                : -1;
+    kvtier__response__free_unpacked(r, NULL);
+    return f;
+}
+
+int tc_wait_found(kvt_client *c, const char *ns, uint64_t seed, int ms)
+{
+    for (int t = 0; t * 25 < ms; t++, usleep(25000)) {
+        int f = tc_found(c, ns, seed);
+        if (f != 0) return f > 0 ? 0 : -1;
+    }
+    return -1;
+}
+
 static int view_ok(struct tcluster *c, int i, int alive, int ucx)
 {
     Kvtier__Response *r = NULL;
@@ -463,4 +518,117 @@ int td_fast_connect(const struct tdaemon *d)
         return -1;
     }
     return fd;
+}
+
+/* Read one length-framed answer on s into in (at most cap bytes), taking
+ * an fd passed beside it; the frame's length, or -1. */
+static int read_frame(int s, uint8_t *in, size_t cap, int *fd)
+{
+    union {
+        struct cmsghdr c;
+        char b[CMSG_SPACE(sizeof(int))];
+    } u;
+    size_t have = 0, len = 0;
+    while (have < 4 || have < 4 + len) {
+        struct iovec iov = {in + have, cap - have};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                           .msg_controllen = sizeof u.b};
+        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+        if (r <= 0) return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof *fd);
+        have += (size_t)r;
+        if (have >= 4) len = in[0] | (size_t)in[1] << 8 | (size_t)in[2] << 16 | (size_t)in[3] << 24;
+        if (have >= 4 && 4 + len > cap) return -1;
+    }
+    return (int)len;
+}
+
+int td_fast_hello(const struct tdaemon *d, Kvtier__Response **r, int *fd)
+{
+    *r = NULL;
+    *fd = -1;
+    int s = td_fast_connect(d);
+    if (s < 0) return -1;
+    Kvtier__Request q = KVTIER__REQUEST__INIT;
+    Kvtier__Hello h = KVTIER__HELLO__INIT;
+    h.proto_version = KVT_PROTO_VERSION;
+    q.id = 1;
+    q.body_case = KVTIER__REQUEST__BODY_HELLO;
+    q.hello = &h;
+    uint8_t out[256], in[4096];
+    size_t n = kvtier__request__pack(&q, out + 4);
+    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(n >> (8 * i));
+    int len = -1;
+    if (write(s, out, n + 4) == (ssize_t)(n + 4)) len = read_frame(s, in, sizeof in, fd);
+    close(s);
+    if (len >= 0) *r = kvtier__response__unpack(NULL, (size_t)len, in + 4);
+    return *r ? 0 : -1;
+}
+
+int td_notify_socket(const struct tdaemon *d, char *path, size_t len)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(path, len, "%.90s/notify", d->dir);
+    snprintf(a.sun_path, sizeof a.sun_path, "%.100s", path);
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+int td_notify_recv(int s, char *buf, size_t len, int *fd, long long end)
+{
+    while (td_now_ms() < end) {
+        struct pollfd p = {s, POLLIN, 0};
+        if (poll(&p, 1, 100) != 1) continue;
+        union {
+            struct cmsghdr c;
+            char b[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct iovec iov = {buf, len - 1};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+                           .msg_controllen = sizeof u.b};
+        ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+        if (r < 0) continue;
+        buf[r] = '\0';
+        *fd = -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        if (c && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof *fd);
+        return (int)r;
+    }
+    return -1;
+}
+
+int td_run_self_as(uid_t uid, gid_t gid, int nng, const char *const *argv)
+{
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(100);
+        if (nng) setenv("KVTIER_NO_FAST", "1", 1);
+        execv("/proc/self/exe", (char *const *)argv);
+        _exit(103);
+    }
+    int st = 0;
+    if (p < 0 || waitpid(p, &st, 0) != p) return 101;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 102;
+}
+
+int td_refused(const char *const *extra, const char *says)
+{
+    struct tdaemon B;
+    memset(&B, 0, sizeof B);
+    if (td_init(&B) != 0) return -1;
+    pid_t p = td_spawn(&B, extra);
+    int rc = p > 0 && td_wait_exit(p, 10000) != 0 ? 0 : -1;
+    if (rc == 0 && !td_log_has(&B, says)) {
+        fprintf(stderr, "log lacks '%s'\n", says);
+        rc = -1;
+    }
+    td_cleanup(&B);
+    return rc;
 }

@@ -8,6 +8,7 @@
 #ifndef KVT_TEST_DAEMON_H
 #define KVT_TEST_DAEMON_H
 
+#include <stdio.h>
 #include <sys/types.h>
 
 #include <nng/nng.h>
@@ -54,6 +55,37 @@ kvt_client *td_connect(const struct tdaemon *d);
  * path + ".fast"), for tests that speak the framing themselves; -1 on
  * failure. */
 int td_fast_connect(const struct tdaemon *d);
+/* HELLO over a raw fast-channel connection (td_fast_connect): the answer
+ * into *r (free it with kvtier__response__free_unpacked) and the fd that
+ * came with it into *fd (-1: none; the caller closes it). 0, or -1 if no
+ * answer came or it does not parse. */
+int td_fast_hello(const struct tdaemon *d, Kvtier__Response **r, int *fd);
+/* A datagram socket bound at d's dir/notify, as systemd's
+ * $NOTIFY_SOCKET; its path into path. The socket, or -1. */
+int td_notify_socket(const struct tdaemon *d, char *path, size_t len);
+/* Wait until end (td_now_ms) for one datagram on s: its text into buf
+ * (NUL-ended), the fd that came with it into *fd (-1: none; the caller
+ * closes it). Its length, or -1 if none came by then. */
+int td_notify_recv(int s, char *buf, size_t len, int *fd, long long end);
+/* Start a daemon of its own with extra and expect it to refuse: 0 if it
+ * exits unsuccessfully within 10 s and its log contains says, else -1
+ * (saying on stderr what the log lacks). Its files are removed. */
+int td_refused(const char *const *extra, const char *says);
+/* Run this test binary again (/proc/self/exe with argv, NULL-ended,
+ * argv[0] its name) as uid and gid with no supplementary groups, and with
+ * KVTIER_NO_FAST=1 when nng is set: its exit status; 100 the ids could
+ * not be taken, 101 fork or wait failed, 102 killed by a signal, 103 exec
+ * failed. A fresh process, not only a fork: nng's threads do not survive
+ * a fork. */
+int td_run_self_as(uid_t uid, gid_t gid, int nng, const char *const *argv);
+/* In such a child: report the failed check and return 1 (its status). */
+#define TD_CK(x)                                                               \
+    do {                                                                       \
+        if (!(x)) {                                                            \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
 /* 1 if the daemon's log contains s. */
 int td_log_has(const struct tdaemon *d, const char *s);
 /* A tcp port on 127.0.0.1 free right now (bound, read back, closed):
@@ -111,11 +143,25 @@ int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
  * holds the answer (free it with kvtier__response__free_unpacked). */
 kvt_err tc_peers(kvt_client *c, Kvtier__Response **r);
 
+/* The uint64 field at byte offset off (offsetof(Kvtier__PeersResp, f))
+ * of c's PEERS answer; aborts, saying why, if the call fails. */
+uint64_t tc_counter(kvt_client *c, size_t off);
+
 /* Inline GET on c of the key of `seed` in ns, whose chunk holds size
  * bytes made by td_fill(seed): 1 found with exactly those bytes, 0
  * missed, -1 the call failed or a byte is wrong. */
 int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
                    uint32_t deadline_ms);
+
+/* PUT on c, in ns, the key of `seed` with one chunk of size bytes made
+ * by td_fill(seed): the call's result. */
+kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size);
+/* LOOKUP on c of the key of `seed` in ns: 1 found (any tier), 0 not, -1
+ * the call failed. */
+int tc_found(kvt_client *c, const char *ns, uint64_t seed);
+/* Poll tc_found every 25 ms for up to ms: 0 once found, -1 if never (or
+ * a call failed). */
+int tc_wait_found(kvt_client *c, const char *ns, uint64_t seed, int ms);
 
 /* Milliseconds on a monotonic clock. */
 long long td_now_ms(void);
