@@ -612,7 +612,7 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     sg_stage("GPU transfers");
     tierhost_kvc_close(d); /* workers first: they post to the server */
     sg_stage("the cluster");
-    if (d->clx) cluster_close(d->clx);
+    int wedged = d->clx ? cluster_close(d->clx) : 0;
     if (fault_hit(FAULT_SHUTDOWN_HANG)) {
         sg_stage("shutdown_hang (KVT_FAULT)");
         for (;;) pause(); /* signals are blocked: forever */
@@ -625,8 +625,12 @@ static void shutdown_all(struct kvtierd *d, int lock_fd)
     d->http = NULL;
     local_close(d->local);
     d->local = NULL;
-    server_close(d->srv);
-    d->srv = NULL;
+    if (!wedged) { /* else nng_close would wait on nng's stuck threads */
+        server_close(d->srv);
+        d->srv = NULL;
+    } else {
+        log_warn("main", "nng is wedged: the client socket is left to the process's exit");
+    }
     tenant_close(d->tenants);
     d->tenants = NULL;
     if (d->dram) lease_drop_all(&d->leases);

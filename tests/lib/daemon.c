@@ -378,7 +378,16 @@ int tc_stop(struct tcluster *c, int i)
 {
     if (c->c[i]) kvt_close(c->c[i]);
     c->c[i] = NULL;
-    return c->d[i].pid > 0 && td_stop(&c->d[i]) != 0 ? -1 : 0;
+    if (c->d[i].pid <= 0) return 0;
+    int rc = td_stop(&c->d[i]);
+    if (rc == 0) return 0;
+    /* Say why: the exit status (-1: still running after 15 s, then
+     * killed) and the end of its log, which is removed at cleanup. */
+    char cmd[400];
+    fprintf(stderr, "node %d did not stop cleanly (status %d); its log ends:\n", i + 1, rc);
+    snprintf(cmd, sizeof cmd, "tail -n 25 '%s' | grep -v 'UCX  ERROR' >&2", c->d[i].log);
+    if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
+    return -1;
 }
 
 int tc_teardown(struct tcluster *c)

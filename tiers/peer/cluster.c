@@ -1246,7 +1246,7 @@ int cluster_fd(const struct cl_ctx *d)
  * CL_CLOSE_MS (common/nngclose.h: nng 1.5 can deadlock in nng_close while
  * a dialer reconnects to a peer stopping at the same time). Past the
  * bound they are left to the process's exit, with a warning. */
-static void close_sockets(struct cluster *c)
+static int close_sockets(struct cluster *c)
 {
     nng_socket *s = calloc((size_t)c->n + 1, sizeof *s);
     size_t n = 0;
@@ -1255,7 +1255,7 @@ static void close_sockets(struct cluster *c)
         for (uint32_t i = 0; i < c->n; i++)
             if (c->m[i]->open) nng_close(c->m[i]->push);
         c->pull_open = 0;
-        return;
+        return 0;
     }
     if (c->pull_open) s[n++] = c->pull;
     c->pull_open = 0;
@@ -1264,19 +1264,25 @@ static void close_sockets(struct cluster *c)
         c->m[i]->open = 0;
     }
     uint64_t t0 = mono_ns();
-    if (nngc_close_bounded(s, n, CL_CLOSE_MS, fault_hit(FAULT_NNG_CLOSE_HANG)) != 0)
+    int wedged = nngc_close_bounded(s, n, CL_CLOSE_MS, fault_hit(FAULT_NNG_CLOSE_HANG)) != 0;
+    if (wedged)
         log_warn("cluster", "%zu socket(s) did not close within %u ms (nng); "
                  "left to the process's exit", n, CL_CLOSE_MS);
     else
         log_debug("cluster", "%zu socket(s) closed in %llu ms", n,
                   (unsigned long long)((mono_ns() - t0) / 1000000));
     free(s);
+    return wedged;
 }
 
-void cluster_close(struct cl_ctx *d)
+/* The receive aio of a wedged close: nng may still hold it, so it is not
+ * freed; kept here so the process's exit finds it referenced. */
+static nng_aio *wedged_aio;
+
+int cluster_close(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    if (!c) return;
+    if (!c) return 0;
     /* Owners hand off, then the Leave is gossiped (etcd: put-left and
      * revoke), and both get 100 ms to leave before the sockets close. */
     int handed = gx_leave(d) > 0, left = c->mb && mb_leave(c->mb) == 0;
@@ -1291,8 +1297,9 @@ void cluster_close(struct cl_ctx *d)
     gx_close(d); /* answers parked lookups */
     pg_free(d);
     if (c->aio) nng_aio_stop(c->aio); /* no recv_cb after this */
-    close_sockets(c);
-    if (c->aio) nng_aio_free(c->aio);
+    int wedged = close_sockets(c);
+    if (wedged) wedged_aio = c->aio; /* nng's threads are stuck: touch nothing */
+    else if (c->aio) nng_aio_free(c->aio);
     struct qmsg *q = c->q_head;
     while (q) {
         struct qmsg *next = q->next;
@@ -1307,6 +1314,7 @@ void cluster_close(struct cl_ctx *d)
     cl_members_free(c);
     free(c);
     d->cl = NULL;
+    return wedged;
 }
 
 /* ---------------------------------------------------------------- PEERS */

@@ -88,7 +88,9 @@ int cluster_security(const struct cl_ctx *d, uint64_t *unproven);
  * receive-queue drops) as exposition text; malloc'd, the caller frees.
  * Without a cluster: the families with zero samples. */
 char *cluster_metrics(const struct cl_ctx *d);
-/* Close sockets, free queued messages. Accepts a half-open cluster. */
-void cluster_close(struct cl_ctx *d);
+/* Close sockets, free queued messages. Accepts a half-open cluster.
+ * Returns 1 when libnng was found wedged (the sockets' bounded close was
+ * abandoned): the caller then leaves its other nng sockets to the exit. */
+int cluster_close(struct cl_ctx *d);
 
 #endif
