@@ -206,7 +206,7 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     struct peer_conn *c = arg;
     (void)ep;
-    (void)status;
+    if (!c->failed) log_info("peer", "an endpoint failed: %s", ucs_status_string(status));
     c->failed = 1;
 }
 
