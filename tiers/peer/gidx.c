@@ -7,7 +7,7 @@
  * drops a chunk tells its owners. Updates wait in one batch per owner,
  * made when the first update for that owner comes and freed when sent,
  * or dropped unsent when that owner stops being live (memory follows the
- * owners in use, not N; at most GX_MAX_BATCHES x ~22 KB):
+ * owners in use, not N; at most GX_MAX_BATCHES x 32 KiB):
  * a batch with a put or a drop in it goes on the next tick, one filled
  * only by a membership pass goes when full (GX_BATCH), when older than
  * GX_BATCH_AGE_MS, or when the pass ends, so batches are full at any
