@@ -12,6 +12,9 @@
  * holds: GETs from the others go on working, and once the holder is dead
  * its endpoint is closed; restarted (a new UCX worker address), its new
  * chunks are fetched with the right bytes through a fresh endpoint.
+ * A node whose first endpoint cannot be made (KVT_FAULT=peer_ep=1) misses
+ * that GET, asks the holder for its UCX identity again and fetches the
+ * chunk at a later GET.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -206,12 +209,40 @@ static void test_killed_holder(void **state)
     assert_int_equal(get_on(0, 211), 1);
 }
 
+/* Two more nodes; the reader's first endpoint fails. */
+static void test_endpoint_fails_then_relearned(void **state)
+{
+    (void)state;
+    static struct tcluster S;
+    const char *extra[] = {"--pool-bytes", "32M", NULL};
+    tc_init(&S, 2);
+    assert_int_equal(tc_start(&S, 0, 2000, extra), 0);
+    setenv("KVT_FAULT", "peer_ep=1", 1);
+    int rc = tc_start(&S, 1, 2000, extra);
+    unsetenv("KVT_FAULT");
+    assert_int_equal(rc, 0);
+    assert_int_equal(tc_wait_alive(&S, 1, 1, 1), 0);
+    assert_int_equal(tc_put(S.c[0], NS, 900, size_of(900)), KVT_OK);
+    assert_int_equal(tc_wait_found(S.c[1], NS, 900, 20000), 0);
+    const char *said = "no UCX endpoint (its UCX identity is asked for again)";
+    for (int t = 0; t < 100 && !td_log_has(&S.d[1], said); t++, usleep(50000))
+        assert_int_equal(tc_get_checked(S.c[1], NS, 900, size_of(900), 5000), 0);
+    assert_true(td_log_has(&S.d[1], said)); /* the GET that made it missed */
+    int found = 0;
+    for (int t = 0; t < 100 && found == 0; t++, usleep(100000))
+        assert_true((found = tc_get_checked(S.c[1], NS, 900, size_of(900), 5000)) >= 0);
+    assert_int_equal(found, 1);
+    assert_int_equal(tc_counter(S.c[1], offsetof(Kvtier__PeersResp, remote_hits)), 1);
+    assert_int_equal(tc_teardown(&S), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lazy_and_capped),
         cmocka_unit_test(test_busy_endpoint_kept),
         cmocka_unit_test(test_killed_holder),
+        cmocka_unit_test(test_endpoint_fails_then_relearned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -53,7 +53,8 @@
  * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
  * it pins (restored at unpin): what a requester pulls then fails its
  * checksum. KVT_FAULT=peer_lie does the same and reports the checksum of
- * the flipped bytes, as a dishonest holder would.
+ * the flipped bytes, as a dishonest holder would. KVT_FAULT=peer_ep makes
+ * making an endpoint fail.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -181,27 +182,34 @@ static void eps_tick(struct cl_ctx *d)
     eps_trim(d, NULL);
 }
 
+/* A new endpoint to m from its identity. 0, or -1: the identity is
+ * forgotten, so that m is asked for it again (have_ucx says we lack it). */
+static int ep_open(struct cl_ctx *d, struct member *m)
+{
+    char err[256] = "KVT_FAULT=peer_ep";
+    if (!fault_hit(FAULT_PEER_EP) &&
+        peer_connect(d->cl->pt, m->ucx_id, m->ucx_alen, m->ucx_id + m->ucx_alen, m->ucx_rlen,
+                     m->ucx_base, &m->conn, err, sizeof err) == 0) {
+        d->cl->eps_opened++;
+        log_debug("peer", "node %u: UCX endpoint made", (unsigned)m->id);
+        return 0;
+    }
+    if (!m->ucx_warned++)
+        log_warn("peer", "node %u: no UCX endpoint (its UCX identity is asked for again): %s",
+                 (unsigned)m->id, err);
+    m->conn = NULL;
+    ucx_forget(m);
+    return -1;
+}
+
 /* m's endpoint for a fetch about to start: made from its identity if it
  * has none, and first in the LRU. NULL if none can be made. */
 static struct peer_conn *pg_conn(struct cl_ctx *d, struct member *m)
 {
     struct cluster *c = d->cl;
-    char err[256];
     if (!pg_reachable(d, m)) return NULL;
-    if (m->conn) {
-        cl_ml_unlink(&c->eps, CL_LK_EP, m);
-    } else if (peer_connect(c->pt, m->ucx_id, m->ucx_alen, m->ucx_id + m->ucx_alen,
-                            m->ucx_rlen, m->ucx_base, &m->conn, err, sizeof err) != 0) {
-        if (!m->ucx_warned++)
-            log_warn("peer", "node %u: no UCX endpoint (GETs will not fetch from it): %s",
-                     (unsigned)m->id, err);
-        m->conn = NULL;
-        ucx_forget(m); /* asked for again: have_ucx says we lack it */
-        return NULL;
-    } else {
-        c->eps_opened++;
-        log_debug("peer", "node %u: UCX endpoint made", (unsigned)m->id);
-    }
+    if (m->conn) cl_ml_unlink(&c->eps, CL_LK_EP, m);
+    else if (ep_open(d, m) != 0) return NULL;
     cl_ml_push(&c->eps, CL_LK_EP, m, 1);
     eps_trim(d, m);
     return m->conn;
