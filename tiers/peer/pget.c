@@ -228,7 +228,8 @@ void pg_member_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm
     if (!pg_of(d) || !d->cl->pt || !pm->ucx_addr.len || !pm->ucx_rkey.len ||
         same_ucx(m, pm))
         return;
-    if (m->ucx_id) log_info("peer", "node %u: new UCX identity", (unsigned)m->id);
+    log_info("peer", "node %u: UCX identity received%s", (unsigned)m->id,
+             m->ucx_id ? " (a new one: its endpoint is closed)" : "");
     ep_close(d, m);
     ucx_forget(m);
     if (!(m->ucx_id = malloc(pm->ucx_addr.len + pm->ucx_rkey.len))) abort();
