@@ -124,7 +124,7 @@ static void push_raw(const void *buf, size_t len)
     assert_int_equal(tc_dial(&s, url[0], "node-5", 0), 0);
     assert_int_equal(nng_send(s, (void *)buf, len, 0), 0);
     usleep(100000); /* let it leave before the socket closes */
-    nng_close(s);
+    tc_close(s);
 }
 
 static void push_heartbeat(uint32_t id, const char *addr)
@@ -414,7 +414,7 @@ static void test_receive_queue_bounded(void **state)
         dropped = prom_get(&p, "kvtier_cluster_rx_queue_dropped_total", "");
         prom_free(&p);
     }
-    nng_close(s);
+    tc_close(s);
     assert_true(dropped >= 1);
     assert_int_equal(tc_teardown(&S), 0);
 }

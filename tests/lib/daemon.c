@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "nngclose.h"
 #include "tlsconf.h"
 
 #include <nng/protocol/pipeline0/push.h>
@@ -245,6 +246,12 @@ kvt_key td_key(uint64_t seed)
 int td_alive(const struct tdaemon *d)
 {
     return d->pid > 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+void tc_close(nng_socket s)
+{
+    if (nngc_close_bounded(&s, 1, 3000, 0) != 0)
+        fprintf(stderr, "tc_close: libnng did not close a socket within 3 s; left to exit\n");
 }
 
 /* ---------------------------------------------------------------- clusters */
