@@ -206,6 +206,9 @@ class Fleet:
         self.nodes = {}
         self.pool = ThreadPoolExecutor(max_workers=8)
         self.prefix = "/kvt-bench/%s/" % os.path.basename(self.dir)
+        self.told = set()       # ids killed or stopped on purpose
+        self.reported = set()
+        self.n_unexpected = 0
 
     def start(self, nid, seed):
         n = Node(self, nid)
@@ -238,6 +241,20 @@ class Fleet:
                 return False
             time.sleep(0.05)
         return False
+
+    def unexpected_exits(self, what):
+        """Print every daemon that exited without being told to (once each)."""
+        n_bad = 0
+        for n in self.nodes.values():
+            if n.proc.poll() is None or n.id in self.told or n.id in self.reported:
+                continue
+            self.reported.add(n.id)
+            n_bad += 1
+            tail = open(n.log, errors="replace").read().strip().splitlines()[-3:]
+            print("  UNEXPECTED by the end of %s: node %d exited, status %s; log ends: %s" % (
+                what, n.id, n.proc.returncode, " | ".join(tail)))
+        self.n_unexpected += n_bad
+        return n_bad
 
     def running(self):
         return [n for n in self.nodes.values() if n.proc.poll() is None]
@@ -365,6 +382,7 @@ def run_one(args, N, backend, etcd=None):
         print("  formed: every view counts %d live %.1f s after the first start" %
               (N - 1, done - t0))
     time.sleep(args.settle)
+    f.unexpected_exits("forming")
     f.check_exact({i: "alive" for i in all_ids}, "forming")
 
     # ---- idle
@@ -432,6 +450,8 @@ def run_one(args, N, backend, etcd=None):
     # ---- crash
     victim = f.nodes[max(2, N // 2)]
     others = lambda: [n for n in f.running() if n is not victim]  # noqa: E731
+    f.unexpected_exits("the idle window")
+    f.told.add(victim.id)
     victim.proc.kill()
     tk = now()
     victim.proc.wait()
@@ -450,6 +470,7 @@ def run_one(args, N, backend, etcd=None):
             victim.id, len(first), len(others()), args.detect_limit))
     truth = {i: "alive" for i in all_ids}
     truth[victim.id] = "dead|absent"
+    f.unexpected_exits("the crash")
     f.check_exact(truth, "the crash")
 
     # ---- join
@@ -482,6 +503,8 @@ def run_one(args, N, backend, etcd=None):
     rest = lambda: [n for n in f.running() if n.id not in gone]  # noqa: E731
     base_dead = {n.id: m["peers"].get("dead", 0) for n, m in f.scrape_all(rest())
                  if m is not None}
+    f.unexpected_exits("the join")
+    f.told.add(leaver.id)
     leaver.proc.send_signal(signal.SIGTERM)
     tl = now()
     _, done = f.wait_views(lambda n, m: live(m) == len(rest()) - 1, rest, args.detect_limit,
@@ -503,6 +526,9 @@ def run_one(args, N, backend, etcd=None):
         print("  leave: not converged within %d s" % args.detect_limit)
     truth[leaver.id] = "left|absent"
     f.check_exact(truth, "the leave")
+
+    f.unexpected_exits("the leave")
+    res["unexpected"] = f.n_unexpected
 
     # ---- stop
     nodes = f.running()
