@@ -96,28 +96,9 @@ static void put_one(int node, uint64_t seed)
 static uint32_t lookup_on(kvt_client *c, uint64_t first, uint32_t n, int local_only,
                           int *tiers)
 {
-    ProtobufCBinaryData kb[64];
-    kvt_key keys[64];
-    assert_true(n <= 64);
-    for (uint32_t j = 0; j < n; j++) {
-        keys[j] = td_key(first + j);
-        kb[j] = (ProtobufCBinaryData){KVT_KEY_LEN, keys[j].b};
-    }
-    Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
-    l.ns = NS;
-    l.keys = kb;
-    l.n_keys = n;
-    l.local_only = local_only;
-    Kvtier__Request q = KVTIER__REQUEST__INIT;
-    q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
-    q.lookup = &l;
-    Kvtier__Response *r = NULL;
-    assert_int_equal(kvtc_call(c, &q, &r), KVT_OK);
-    assert_int_equal(r->err, 0);
-    uint32_t got = r->lookup->n_present;
-    for (uint32_t j = 0; tiers && j < n; j++) tiers[j] = r->lookup->tiers[j];
-    kvtier__response__free_unpacked(r, NULL);
-    return got;
+    int got = tc_lookup(c, NS, first, n, local_only, tiers);
+    assert_true(got >= 0);
+    return (uint32_t)got;
 }
 
 static uint32_t lookup(int i, uint64_t first, uint32_t n, int local_only, int *tiers)

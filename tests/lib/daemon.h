@@ -156,6 +156,12 @@ int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
 /* PUT on c, in ns, the key of `seed` with one chunk of size bytes made
  * by td_fill(seed): the call's result. */
 kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size);
+/* LOOKUP on c, in ns, of the keys of seeds first..first+n-1 (n at most
+ * TC_LOOKUP_MAX), local_only as the request's flag: how many are present,
+ * each key's tier in tiers[] when not NULL; -1 the call failed. */
+#define TC_LOOKUP_MAX 64
+int tc_lookup(kvt_client *c, const char *ns, uint64_t first, uint32_t n, int local_only,
+              int *tiers);
 /* LOOKUP on c of the key of `seed` in ns: 1 found (any tier), 0 not, -1
  * the call failed. */
 int tc_found(kvt_client *c, const char *ns, uint64_t seed);
