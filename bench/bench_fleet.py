@@ -121,6 +121,26 @@ def cpu_ticks(pid):
         return None
 
 
+def thread_ticks(pids):
+    """utime + stime summed by thread name over the threads of pids."""
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            name = re.sub(r"\d+$", "#", st[st.index("(") + 1:st.rindex(")")])
+            fields = st[st.rindex(")") + 2:].split()
+            out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+    return out
+
+
 def rss_kib(pid):
     try:
         with open("/proc/%d/statm" % pid) as f:
@@ -202,7 +222,15 @@ class Fleet:
         self.etcd_url = etcd_url
         self.dir = tempfile.mkdtemp(prefix="kvt-fleet.")
         TMPDIRS.append(self.dir)
-        self.base = 20000 + random.randrange(20000)
+        # below the ephemeral range: a listen port there can be taken by one
+        # of the thousands of connections the daemons dial (bind fails, the
+        # daemon exits 1)
+        try:
+            with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+                low = int(fh.read().split()[0])
+        except (OSError, ValueError):
+            low = 32768
+        self.base = 10000 + random.randrange(max(1, low - 10000 - 2 * args.max_id))
         self.nodes = {}
         self.pool = ThreadPoolExecutor(max_workers=8)
         self.prefix = "/kvt-bench/%s/" % os.path.basename(self.dir)
@@ -373,7 +401,12 @@ def run_one(args, N, backend, etcd=None):
 
     def converged(n, m):
         return live(m) == len(f.running()) - 1 and m["peers"].get("dead", 0) == 0
-    _, done = f.wait_views(converged, f.running, args.converge_limit, args.poll)
+    first, done = f.wait_views(converged, f.running, args.converge_limit, args.poll)
+    late = sorted((t - t0, i) for i, t in first.items())
+    if late:
+        print("  forming: half the views complete %.1f s after the first start, the last "
+              "three (node, s): %s" % (late[len(late) // 2][0], ", ".join(
+                  "%d %.1f" % (i, t) for t, i in late[-3:])))
     if done is None:
         print("  did not converge within %d s" % args.converge_limit)
         res["formed"] = None
@@ -390,12 +423,14 @@ def run_one(args, N, backend, etcd=None):
     la0 = loadavg()
     m0 = dict((n.id, m) for n, m in f.scrape_all(nodes))
     c0 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
+    th0 = thread_ticks([n.proc.pid for n in nodes])
     e0 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec0 = etcd_counters(etcd["url"]) if etcd else None
     w0 = now()
     time.sleep(args.idle)
     w1 = now()
     c1 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
+    th1 = thread_ticks([n.proc.pid for n in nodes])
     e1 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec1 = etcd_counters(etcd["url"]) if etcd else None
     m1 = dict((n.id, m) for n, m in f.scrape_all(nodes))
@@ -432,6 +467,9 @@ def run_one(args, N, backend, etcd=None):
           "(min %.2f%%, max %.2f%%)" % (
               tot_cpu / secs, tot_cpu / secs * 10, 100 * res["cpu_per"],
               100 * min(cpu) / secs, 100 * max(cpu) / secs))
+    th = sorted(((v - th0.get(k, 0), k) for k, v in th1.items()), reverse=True)
+    print("  idle CPU by thread name, all daemons, %% of a core: %s" % ", ".join(
+        "%s %.2f" % (k, 100.0 * v / HZ / secs) for v, k in th[:6] if v > 0))
     print("  per daemon: fds %.1f (max %d), RSS %.1f MiB (max %.1f), threads %.1f" % (
         res["fds"], max(fds), res["rss"], max(rss) / 1024.0, sum(thr) / len(thr)))
     if etcd:
@@ -691,6 +729,7 @@ def main():
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
+    a.max_id = max(a.sizes) + 2
     a.kvtierd = os.path.realpath(a.kvtierd)
     bdir = os.path.dirname(os.path.dirname(a.kvtierd))
     a.kvtierctl = a.kvtierctl or os.path.join(bdir, "bin", "kvtierctl")
@@ -721,7 +760,8 @@ def main():
         print("bench_fleet: %d processes still running at the end (killed)" % len(left))
     if not a.no_sim and os.access(a.swimsim, os.X_OK):
         side_by_side(results, run_sim(a, a.sizes))
-    return 0 if all(r is not None for r in results) else 1
+    bad = [r for r in results if r is None or r.get("unexpected")]
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
