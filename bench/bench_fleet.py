@@ -421,6 +421,7 @@ def run_one(args, N, backend, etcd=None):
     # ---- idle
     nodes = f.running()
     la0 = loadavg()
+    p0 = dict(zip([n.id for n in nodes], f.pool.map(f.peers_json, nodes)))
     m0 = dict((n.id, m) for n, m in f.scrape_all(nodes))
     c0 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
     th0 = thread_ticks([n.proc.pid for n in nodes])
@@ -434,6 +435,7 @@ def run_one(args, N, backend, etcd=None):
     e1 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec1 = etcd_counters(etcd["url"]) if etcd else None
     m1 = dict((n.id, m) for n, m in f.scrape_all(nodes))
+    p1 = dict(zip([n.id for n in nodes], f.pool.map(f.peers_json, nodes)))
     secs = w1 - w0
     ok = [n.id for n in nodes if m0.get(n.id) and m1.get(n.id) and c0[n.id] is not None
           and c1[n.id] is not None]
@@ -463,6 +465,16 @@ def run_one(args, N, backend, etcd=None):
               secs, la0, loadavg(), res["msgs"], sum(rx) / len(ok), res["bytes"],
               ", ".join("%s %.2f" % kv for kv in sorted(types.items())),
               ", ".join("%s %.0f" % kv for kv in sorted(btypes.items())), susp))
+    wire = []
+    for i in ok:
+        if p0.get(i) and p1.get(i):
+            b0 = sum(q["bytes_out"] for q in p0[i]["peers"])
+            b1 = sum(q["bytes_out"] for q in p1[i]["peers"])
+            wire.append((b1 - b0) / secs)
+    if wire:
+        res["wire"] = sum(wire) / len(wire)
+        print("  idle: per node %.0f B/s sent on the daemon-to-daemon channel, every message "
+              "(kvtierctl peers bytes_out: membership, hello, index)" % res["wire"])
     print("  idle CPU: cluster %.3f cores (%.2f CPU-s per 10 s), per daemon %.2f%% of a core "
           "(min %.2f%%, max %.2f%%)" % (
               tot_cpu / secs, tot_cpu / secs * 10, 100 * res["cpu_per"],
