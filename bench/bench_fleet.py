@@ -322,10 +322,12 @@ class Fleet:
         ids missing from truth must be absent or not alive/suspect."""
         bad = []
         nodes = self.running()
+        self.unproven = 0
         for n, p in zip(nodes, self.pool.map(self.peers_json, nodes)):
             if p is None:
                 bad.append("%d: no answer" % n.id)
                 continue
+            self.unproven += p.get("unproven", 0)
             seen = {q["node_id"]: q["state"] for q in p["peers"]}
             for nid, st in truth.items():
                 if nid == n.id:
@@ -353,7 +355,8 @@ class Fleet:
             print("  exact check after %s: %d mismatches: %s" % (what, len(bad),
                   "; ".join(bad[:8])))
         else:
-            print("  exact check after %s: every view (kvtierctl peers) matches" % what)
+            print("  exact check after %s: every view (kvtierctl peers) matches; messages "
+                  "refused from unproven senders so far, all daemons: %d" % (what, self.unproven))
         return len(bad)
 
 
