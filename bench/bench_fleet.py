@@ -469,15 +469,22 @@ def run_one(args, N, backend, etcd=None):
               ", ".join("%s %.2f" % kv for kv in sorted(types.items())),
               ", ".join("%s %.0f" % kv for kv in sorted(btypes.items())), susp))
     wire = []
+    heavy = 0
     for i in ok:
         if p0.get(i) and p1.get(i):
+            out0 = {q["node_id"]: q["bytes_out"] for q in p0[i]["peers"]}
+            for q in p1[i]["peers"]:
+                if (q["bytes_out"] - out0.get(q["node_id"], q["bytes_out"])) / secs > 400:
+                    heavy += 1
             b0 = sum(q["bytes_out"] for q in p0[i]["peers"])
             b1 = sum(q["bytes_out"] for q in p1[i]["peers"])
             wire.append((b1 - b0) / secs)
     if wire:
         res["wire"] = sum(wire) / len(wire)
+        res["heavy_pairs"] = heavy
         print("  idle: per node %.0f B/s sent on the daemon-to-daemon channel, every message "
-              "(kvtierctl peers bytes_out: membership, hello, index)" % res["wire"])
+              "(kvtierctl peers bytes_out: membership, hello, index); %d directed pairs sent "
+              "more than 400 B/s (hello Heartbeats still going)" % (res["wire"], heavy))
     print("  idle CPU: cluster %.3f cores (%.2f CPU-s per 10 s), per daemon %.2f%% of a core "
           "(min %.2f%%, max %.2f%%)" % (
               tot_cpu / secs, tot_cpu / secs * 10, 100 * res["cpu_per"],
@@ -716,8 +723,8 @@ def side_by_side(real, sim):
         lv = sim.get(("leave", N), {})
         pairs = [("msgs/s per node (idle)", r.get("msgs"), c.get("msg/n/s") and float(c["msg/n/s"])),
                  ("B/s per node (idle)", r.get("bytes"), c.get("B/n/s") and float(c["B/n/s"])),
-                 ("crash: first DEAD s", r.get("det_first"), k.get("det50/99") and secs(k["det50/99"])),
-                 ("crash: all DEAD s", r.get("det_all"),
+                 ("crash: first view s", r.get("det_first"), k.get("det50/99") and secs(k["det50/99"])),
+                 ("crash: every view s", r.get("det_all"),
                   k.get("all50/99") and float(k["all50/99"].split("/")[1])),
                  ("join converge s", r.get("join"), j.get("converge") and secs(j["converge"])),
                  ("leave converge s", r.get("leave"), lv.get("converge") and secs(lv["converge"]))]
