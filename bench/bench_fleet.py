@@ -401,6 +401,7 @@ def run_one(args, N, backend, etcd=None):
             print(open(n.log, errors="replace").read()[-2000:])
             return None
     all_ids = set(f.nodes)
+    print("  all %d daemons' metrics answered %.1f s after the first start" % (N, now() - t0))
 
     def converged(n, m):
         return live(m) == len(f.running()) - 1 and m["peers"].get("dead", 0) == 0
@@ -420,6 +421,12 @@ def run_one(args, N, backend, etcd=None):
     time.sleep(args.settle)
     f.unexpected_exits("forming")
     f.check_exact({i: "alive" for i in all_ids}, "forming")
+    if args.form_only:
+        for n in f.running():
+            n.proc.kill()
+            n.proc.wait()
+        f.pool.shutdown()
+        return res
 
     # ---- idle
     nodes = f.running()
@@ -749,6 +756,8 @@ def main():
     ap.add_argument("--stop-bound", type=int, default=30)
     ap.add_argument("--sim-limit", type=int, default=1200)
     ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--form-only", action="store_true",
+                    help="only form the cluster (how long until every view is complete)")
     ap.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args()
     a.max_id = max(a.sizes) + 2
