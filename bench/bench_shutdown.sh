@@ -12,7 +12,7 @@ N=${1:-60}
 SETTLE=${2:-25}
 BIN=$(realpath "${3:-build/bin/kvtierd}")
 dir=$(mktemp -d /tmp/kvt-shut.XXXXXX)
-base=$((20000 + RANDOM % 20000))
+base=$((10000 + RANDOM % 20000)) # below the ephemeral ports (32768-) the daemons dial from
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT

@@ -82,6 +82,25 @@ if [ -z "$only" ] && [ -z "${SKIP_SHUTDOWN_BENCH:-}" ]; then
   echo
 fi
 
+# Real daemons against the simulator (bench/bench_fleet.sh): N kvtierd on
+# loopback (20 and 60 unless FLEET_BENCH_SIZES), swim and etcd: idle
+# traffic and CPU, crash detection, join, leave, shutdown; then swimsim at
+# the same N side by side. ~10 minutes.
+if [ -z "$only" ] && [ -z "${SKIP_FLEET_BENCH:-}" ]; then
+  echo "== bench_fleet"
+  start=$(date +%s)
+  timeout --signal=TERM --kill-after=10 "${FLEET_BENCH_TIMEOUT:-1800}" \
+    bench/bench_fleet.sh ${FLEET_BENCH_SIZES:-20 60} --kvtierd "$KVTIERD"
+  rc=$?
+  ran=$((ran + 1))
+  case $rc in
+    0) echo "-- bench_fleet: done in $(( $(date +%s) - start )) s" ;;
+    77) echo "-- bench_fleet: skipped"; skipped+=(bench_fleet) ;;
+    *) echo "-- bench_fleet: FAILED: exit status $rc"; failed+=(bench_fleet) ;;
+  esac
+  echo
+fi
+
 # Open files and memory per idle daemon of a 20-node cluster
 # (bench/bench_conns.sh).
 if [ -z "$only" ] && [ -z "${SKIP_CONNS_BENCH:-}" ]; then
