@@ -827,8 +827,13 @@ static void dispatch(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *
         break;
     case KVTIER__PEER_MSG__BODY_HEARTBEAT:
         on_heartbeat(m, pm);
-        /* Just proven: our UCX identity goes back now, not a tick later */
-        if (first && d->cl->tls) send_heartbeat(d, m);
+        /* Just proven: our UCX identity goes back now, not a tick later.
+         * And a Heartbeat that brought m's identity is answered once it is
+         * held, so m hears have_ucx and stops: else, once m held ours and
+         * we stopped, m repeated its Heartbeats for ever where nothing else
+         * flows between idle members (etcd). The answer brings no identity
+         * once m holds ours, so this does not ping-pong. */
+        if ((first && d->cl->tls) || (pm->ucx_addr.len && m->ucx_id)) send_heartbeat(d, m);
         break;
     case KVTIER__PEER_MSG__BODY_SWIM: on_swim(d, m, pm, rx_ms); break;
     case KVTIER__PEER_MSG__BODY_INDEX: gx_on_index(d, m, pm); break;
