@@ -59,6 +59,12 @@ struct sim_stats {
     uint64_t node_seconds_us;     /* sum over nodes of time up, in us */
 };
 
+/* Messages the simulator holds (in flight or in inboxes), now and at the
+ * peak since sim_new(). */
+struct sim_mem {
+    uint64_t msgs, bytes, peak_msgs, peak_bytes;
+};
+
 struct sim *sim_new(const struct sim_cfg *cfg);
 void sim_free(struct sim *s);
 
@@ -91,5 +97,6 @@ uint64_t sim_converged_at(const struct sim *s);
 void sim_stats(struct sim *s, struct sim_stats *out);
 void sim_reset_stats(struct sim *s);
 uint64_t sim_rand(struct sim *s);
+const struct sim_mem *sim_mem(const struct sim *s);
 
 #endif

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "simidx.h"
 #include "simnet.h"
@@ -90,8 +91,31 @@ struct result {
     double secs;               /* measured span */
 };
 
+/* What forming and running a scenario cost this process (stderr). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Peak resident set of this process, MB (0 where /proc has none). */
+static double peak_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024;
+}
+
+static double form_cpu, form_virt;
+
 static struct sim *cluster(int n, const struct opts *o, double loss)
 {
+    double c0 = cpu_s();
     struct sim_cfg c = {0};
     c.seed = o->seed * 7919 + (uint64_t)n;
     c.lat_us = 200;
@@ -113,7 +137,9 @@ static struct sim *cluster(int n, const struct opts *o, double loss)
     }
     uint64_t cap = sim_now(s) + S(300);
     while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
+    form_virt = (double)sim_now(s) / 1e6;
     sim_run_until(s, sim_now(s) + S(5));
+    form_cpu = cpu_s() - c0;
     long k = o->keys >= 0 ? o->keys : 100000 / n < 1000 ? 100000 / n : 1000;
     if (k > 0) ix = sidx_new(s, IX_R, (uint32_t)k, IX_FAILURE_MS);
     sim_reset_stats(s);
@@ -307,9 +333,16 @@ static const struct {
 static struct result run_one(int idx, int n, const struct opts *o)
 {
     struct result r = {.name = scenarios[idx].name, .n = n};
+    double c0 = cpu_s();
     struct sim *s = cluster(n, o, scenarios[idx].loss);
     if (ix) sidx_reset_stats(ix);
     scenarios[idx].fn(s, &r);
+    const struct sim_mem *mm = sim_mem(s);
+    fprintf(stderr,
+            "swimsim: %s N=%d: formed in %.1f s virtual, %.1f s CPU; scenario %.1f s CPU;"
+            " peak RSS %.0f MB; messages held at most %llu (%.1f MB)\n",
+            r.name, n, form_virt, form_cpu, cpu_s() - c0 - form_cpu, peak_rss_mb(),
+            (unsigned long long)mm->peak_msgs, (double)mm->peak_bytes / 1e6);
     sidx_free(ix);
     ix = NULL;
     sim_free(s);
