@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <time.h>
 
 #include "simidx.h"
@@ -111,7 +112,7 @@ static double peak_rss_mb(void)
     return kb / 1024;
 }
 
-static double form_cpu, form_virt;
+static double form_cpu, form_virt, form_heap;
 
 static struct sim *cluster(int n, const struct opts *o, double loss)
 {
@@ -140,6 +141,7 @@ static struct sim *cluster(int n, const struct opts *o, double loss)
     form_virt = (double)sim_now(s) / 1e6;
     sim_run_until(s, sim_now(s) + S(5));
     form_cpu = cpu_s() - c0;
+    form_heap = (double)mallinfo2().uordblks / 1e6;
     long k = o->keys >= 0 ? o->keys : 100000 / n < 1000 ? 100000 / n : 1000;
     if (k > 0) ix = sidx_new(s, IX_R, (uint32_t)k, IX_FAILURE_MS);
     sim_reset_stats(s);
@@ -339,9 +341,9 @@ static struct result run_one(int idx, int n, const struct opts *o)
     scenarios[idx].fn(s, &r);
     const struct sim_mem *mm = sim_mem(s);
     fprintf(stderr,
-            "swimsim: %s N=%d: formed in %.1f s virtual, %.1f s CPU; scenario %.1f s CPU;"
-            " peak RSS %.0f MB; messages held at most %llu (%.1f MB)\n",
-            r.name, n, form_virt, form_cpu, cpu_s() - c0 - form_cpu, peak_rss_mb(),
+            "swimsim: %s N=%d: formed in %.1f s virtual, %.1f s CPU, heap in use %.0f MB;"
+            " scenario %.1f s CPU; peak RSS %.0f MB; messages held at most %llu (%.1f MB)\n",
+            r.name, n, form_virt, form_cpu, form_heap, cpu_s() - c0 - form_cpu, peak_rss_mb(),
             (unsigned long long)mm->peak_msgs, (double)mm->peak_bytes / 1e6);
     sidx_free(ix);
     ix = NULL;
