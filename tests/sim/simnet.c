@@ -618,6 +618,21 @@ int64_t sim_disagree(const struct sim *s) { return s->disagree; }
 uint64_t sim_converged_at(const struct sim *s) { return s->converged_at; }
 const struct sim_mem *sim_mem(const struct sim *s) { return &s->mem; }
 
+size_t sim_diff(const struct sim *s, int *obs, int *node, size_t max)
+{
+    size_t got = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const struct node *o = s->v[i];
+        if (!o->counting) continue;
+        for (size_t j = 0; j < s->n && got < max; j++)
+            if (j != i && live_in(o, s->v[j]->id) != truth(s->v[j])) {
+                obs[got] = (int)i;
+                node[got++] = (int)j;
+            }
+    }
+    return got;
+}
+
 void sim_reset_stats(struct sim *s)
 {
     memset(&s->st, 0, sizeof s->st);

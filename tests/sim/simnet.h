@@ -98,5 +98,8 @@ void sim_stats(struct sim *s, struct sim_stats *out);
 void sim_reset_stats(struct sim *s);
 uint64_t sim_rand(struct sim *s);
 const struct sim_mem *sim_mem(const struct sim *s);
+/* Up to max (observer, node) pairs whose view differs from the truth
+ * (those sim_disagree counts); how many were stored. O(N^2). */
+size_t sim_diff(const struct sim *s, int *obs, int *node, size_t max);
 
 #endif

@@ -12,6 +12,8 @@
  *   swimsim --bench [N...]  every scenario at each N (default 10 100 1000),
  *                           one table row each (scripts/run-bench.sh)
  *   --only A,B,...          with --bench: those scenarios alone
+ *   --why                   list (stderr) up to 10 views still differing
+ *                           from the truth at the end of a scenario
  *   --fresh                 with --bench: form a cluster per scenario (by
  *                           default the scenarios without loss share one
  *                           formation, each run in a forked child: the
@@ -46,6 +48,7 @@
 #define S(x) ((uint64_t)(x) * 1000000ull) /* seconds -> us */
 /* Observation after an injection: halved in the short run of make test. */
 static double tail = 1.0;
+static int why;         /* --why: list views still wrong at the end */
 #define T(x) ((uint64_t)((double)(x) * tail * 1e6))
 
 struct opts {
@@ -175,6 +178,20 @@ static void finish(struct sim *s, struct result *r, uint64_t t0, uint64_t since,
 {
     advance(s, t_end);
     uint64_t c = sim_converged_at(s);
+    if (why && sim_disagree(s) != 0) {
+        int ob[10], nd[10];
+        size_t k = sim_diff(s, ob, nd, 10);
+        for (size_t i = 0; i < k; i++) {
+            const struct mb_member *m = mb_find(sim_mb(s, ob[i]), (uint32_t)nd[i] + 1);
+            fprintf(stderr,
+                    "swimsim: %s: node %d holds node %d %s (inc %llu, since %.1f s ago);"
+                    " it is %s\n",
+                    r->name, ob[i], nd[i], m ? mb_state_name(m->state) : "unknown",
+                    m ? (unsigned long long)m->inc : 0ull,
+                    m ? ((double)sim_now(s) / 1e3 - (double)m->since_ms) / 1e3 : 0.0,
+                    sim_up(s, nd[i]) ? "running" : "down");
+        }
+    }
     r->converge_ms = sim_disagree(s) == 0 ? (c > since ? (double)(c - since) / 1000.0 : 0) : -1;
     sim_stats(s, &r->st);
     if (ix) sidx_stats(ix, &r->ix);
@@ -516,12 +533,13 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--bench")) bench = 1;
         else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
         else if (!strcmp(argv[i], "--fresh")) fresh = 1;
+        else if (!strcmp(argv[i], "--why")) why = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) o.keys = atol(argv[++i]);
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh] [--why]\n");
             return 2;
         }
     }
