@@ -14,6 +14,8 @@
  *   --only A,B,...          with --bench: those scenarios alone
  *   --why                   list (stderr) up to 10 views still differing
  *                           from the truth at the end of a scenario
+ *   --progress              report (stderr) every 250 nodes started while a
+ *                           cluster forms: virtual time, CPU, heap in use
  *   --fresh                 with --bench: form a cluster per scenario (by
  *                           default the scenarios without loss share one
  *                           formation, each run in a forked child: the
@@ -49,6 +51,7 @@
 /* Observation after an injection: halved in the short run of make test. */
 static double tail = 1.0;
 static int why;         /* --why: list views still wrong at the end */
+static int progress;    /* --progress: report while a cluster forms */
 #define T(x) ((uint64_t)((double)(x) * tail * 1e6))
 
 struct opts {
@@ -146,6 +149,10 @@ static struct sim *form(int n, const struct opts *o, double loss)
     for (int i = 1; i < n; i++) {
         sim_run_until(s, sim_now(s) + 20000);
         sim_start(s, -1, (int)(sim_rand(s) % (uint64_t)i));
+        if (progress && i % 250 == 0)
+            fprintf(stderr, "swimsim: forming N=%d: %d started, %.1f s virtual, %.1f s CPU,"
+                    " heap in use %.0f MB\n", n, i + 1, (double)sim_now(s) / 1e6,
+                    cpu_s() - c0, (double)mallinfo2().uordblks / 1e6);
     }
     uint64_t cap = sim_now(s) + S(300);
     while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
@@ -534,12 +541,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
         else if (!strcmp(argv[i], "--fresh")) fresh = 1;
         else if (!strcmp(argv[i], "--why")) why = 1;
+        else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) o.keys = atol(argv[++i]);
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh] [--why]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh] [--why] [--progress]\n");
             return 2;
         }
     }
