@@ -77,6 +77,7 @@ struct sim {
     uint64_t proc_cpu0;     /* process CPU at the last reset (no charge_cpu) */
     double *det_first, *det_all;
     size_t ndf, nda, capdf, capda;
+    struct sim_mem mem;     /* messages held: in flight and in inboxes */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -132,6 +133,28 @@ static struct event pop(struct sim *s)
     }
     if (s->nh) s->h[i] = last;
     return top;
+}
+
+/* ------------------------------------------------------------ messages */
+
+/* Every message is counted while held (in flight or queued), so a run can
+ * tell what its peak memory went to. */
+static struct msg *msg_new(struct sim *s, size_t len)
+{
+    struct msg *m = xalloc(NULL, sizeof *m + len);
+    m->len = len;
+    s->mem.msgs++;
+    s->mem.bytes += len;
+    if (s->mem.msgs > s->mem.peak_msgs) s->mem.peak_msgs = s->mem.msgs;
+    if (s->mem.bytes > s->mem.peak_bytes) s->mem.peak_bytes = s->mem.bytes;
+    return m;
+}
+static void msg_free(struct sim *s, struct msg *m)
+{
+    if (!m) return;
+    s->mem.msgs--;
+    s->mem.bytes -= m->len;
+    free(m);
 }
 
 /* ---------------------------------------------------------------- truth */
@@ -279,8 +302,7 @@ static int env_send(void *ctx, const char *addr, const void *buf, size_t len)
         s->st.msgs_dropped++;
         return 0; /* the network ate it; the sender cannot tell */
     }
-    struct msg *m = xalloc(NULL, sizeof *m + len);
-    m->len = len;
+    struct msg *m = msg_new(s, len);
     m->next = NULL;
     memcpy(m->buf, buf, len);
     push(s, from->vnow + lat, EV_DELIVER, to, m);
@@ -291,6 +313,7 @@ static uint64_t env_now(void *ctx) { return ((struct node *)ctx)->vnow / 1000; }
 static uint64_t env_rand(void *ctx) { return sim_rand(((struct node *)ctx)->s); }
 
 /* ------------------------------------------------------------- handlers */
+
 
 static uint64_t cpu_now(void)
 {
@@ -344,7 +367,7 @@ static void drain(struct sim *s, struct node *n)
         n->nin--;
         uint64_t t = ready_at(n) > s->now ? ready_at(n) : s->now;
         run(s, n, t, m);
-        free(m);
+        msg_free(s, m);
     }
 }
 
@@ -360,13 +383,13 @@ static void on_deliver(struct sim *s, struct node *n, struct msg *m)
 {
     m->rx = s->now;
     if (!n->up) {
-        free(m);
+        msg_free(s, m);
         return;
     }
     if (ready_at(n) > s->now || n->in_head) {
         if (n->nin >= s->cfg.inbox_max) { /* the bounded receive queue */
             s->st.inbox_dropped++;
-            free(m);
+            msg_free(s, m);
             return;
         }
         if (n->in_tail) n->in_tail->next = m;
@@ -377,7 +400,7 @@ static void on_deliver(struct sim *s, struct node *n, struct msg *m)
         return;
     }
     run(s, n, s->now, m);
-    free(m);
+    msg_free(s, m);
     schedule_tick(s, n);
 }
 
@@ -454,7 +477,7 @@ static void stop(struct sim *s, struct node *n)
     n->mb = NULL;
     for (struct msg *m = n->in_head, *x; m; m = x) {
         x = m->next;
-        free(m);
+        msg_free(s, m);
     }
     n->in_head = n->in_tail = NULL;
     n->nin = 0;
@@ -573,11 +596,11 @@ void sim_free(struct sim *s)
         if (n->mb) mb_destroy(n->mb);
         for (struct msg *m = n->in_head, *x; m; m = x) {
             x = m->next;
-            free(m);
+            msg_free(s, m);
         }
         free(n);
     }
-    for (size_t i = 0; i < s->nh; i++) free(s->h[i].m);
+    for (size_t i = 0; i < s->nh; i++) msg_free(s, s->h[i].m);
     free(s->h);
     free(s->v);
     free(s->det_first);
@@ -593,6 +616,22 @@ int sim_up(const struct sim *s, int idx) { return s->v[idx]->up; }
 struct mb *sim_mb(const struct sim *s, int idx) { return s->v[idx]->mb; }
 int64_t sim_disagree(const struct sim *s) { return s->disagree; }
 uint64_t sim_converged_at(const struct sim *s) { return s->converged_at; }
+const struct sim_mem *sim_mem(const struct sim *s) { return &s->mem; }
+
+size_t sim_diff(const struct sim *s, int *obs, int *node, size_t max)
+{
+    size_t got = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const struct node *o = s->v[i];
+        if (!o->counting) continue;
+        for (size_t j = 0; j < s->n && got < max; j++)
+            if (j != i && live_in(o, s->v[j]->id) != truth(s->v[j])) {
+                obs[got] = (int)i;
+                node[got++] = (int)j;
+            }
+    }
+    return got;
+}
 
 void sim_reset_stats(struct sim *s)
 {

@@ -59,6 +59,12 @@ struct sim_stats {
     uint64_t node_seconds_us;     /* sum over nodes of time up, in us */
 };
 
+/* Messages the simulator holds (in flight or in inboxes), now and at the
+ * peak since sim_new(). */
+struct sim_mem {
+    uint64_t msgs, bytes, peak_msgs, peak_bytes;
+};
+
 struct sim *sim_new(const struct sim_cfg *cfg);
 void sim_free(struct sim *s);
 
@@ -91,5 +97,9 @@ uint64_t sim_converged_at(const struct sim *s);
 void sim_stats(struct sim *s, struct sim_stats *out);
 void sim_reset_stats(struct sim *s);
 uint64_t sim_rand(struct sim *s);
+const struct sim_mem *sim_mem(const struct sim *s);
+/* Up to max (observer, node) pairs whose view differs from the truth
+ * (those sim_disagree counts); how many were stored. O(N^2). */
+size_t sim_diff(const struct sim *s, int *obs, int *node, size_t max);
 
 #endif

@@ -12,6 +12,14 @@
  *   swimsim --bench [N...]  every scenario at each N (default 10 100 1000),
  *                           one table row each (scripts/run-bench.sh)
  *   --only A,B,...          with --bench: those scenarios alone
+ *   --why                   list (stderr) up to 10 views still differing
+ *                           from the truth at the end of a scenario
+ *   --progress              report (stderr) every 250 nodes started while a
+ *                           cluster forms: virtual time, CPU, heap in use
+ *   --fresh                 with --bench: form a cluster per scenario (by
+ *                           default the scenarios without loss share one
+ *                           formation, each run in a forked child: the
+ *                           same rows for a fraction of the CPU)
  *   --seed S                another seed (default 1)
  *   --cpu                   charge each handler's measured CPU time to its
  *                           node (a thread-CPU clock read per handler: about
@@ -30,6 +38,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "simidx.h"
 #include "simnet.h"
@@ -38,6 +50,8 @@
 #define S(x) ((uint64_t)(x) * 1000000ull) /* seconds -> us */
 /* Observation after an injection: halved in the short run of make test. */
 static double tail = 1.0;
+static int why;         /* --why: list views still wrong at the end */
+static int progress;    /* --progress: report while a cluster forms */
 #define T(x) ((uint64_t)((double)(x) * tail * 1e6))
 
 struct opts {
@@ -90,8 +104,33 @@ struct result {
     double secs;               /* measured span */
 };
 
-static struct sim *cluster(int n, const struct opts *o, double loss)
+/* What forming and running a scenario cost this process (stderr). */
+static double cpu_s(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Peak resident set of this process, MB (0 where /proc has none). */
+static double peak_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024;
+}
+
+static double form_cpu, form_virt, form_heap;
+
+/* A fresh cluster of n nodes, formed and converged (views match the
+ * truth) plus 5 s; no index yet (attach). */
+static struct sim *form(int n, const struct opts *o, double loss)
+{
+    double c0 = cpu_s();
     struct sim_cfg c = {0};
     c.seed = o->seed * 7919 + (uint64_t)n;
     c.lat_us = 200;
@@ -110,14 +149,26 @@ static struct sim *cluster(int n, const struct opts *o, double loss)
     for (int i = 1; i < n; i++) {
         sim_run_until(s, sim_now(s) + 20000);
         sim_start(s, -1, (int)(sim_rand(s) % (uint64_t)i));
+        if (progress && i % 250 == 0)
+            fprintf(stderr, "swimsim: forming N=%d: %d started, %.1f s virtual, %.1f s CPU,"
+                    " heap in use %.0f MB\n", n, i + 1, (double)sim_now(s) / 1e6,
+                    cpu_s() - c0, (double)mallinfo2().uordblks / 1e6);
     }
     uint64_t cap = sim_now(s) + S(300);
     while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
+    form_virt = (double)sim_now(s) / 1e6;
     sim_run_until(s, sim_now(s) + S(5));
+    form_cpu = cpu_s() - c0;
+    form_heap = (double)mallinfo2().uordblks / 1e6;
+    return s;
+}
+
+/* Attach the index to a formed cluster and zero the counters. */
+static void attach(struct sim *s, int n, const struct opts *o)
+{
     long k = o->keys >= 0 ? o->keys : 100000 / n < 1000 ? 100000 / n : 1000;
     if (k > 0) ix = sidx_new(s, IX_R, (uint32_t)k, IX_FAILURE_MS);
     sim_reset_stats(s);
-    return s;
 }
 
 static int random_up(struct sim *s, int not)
@@ -134,6 +185,20 @@ static void finish(struct sim *s, struct result *r, uint64_t t0, uint64_t since,
 {
     advance(s, t_end);
     uint64_t c = sim_converged_at(s);
+    if (why && sim_disagree(s) != 0) {
+        int ob[10], nd[10];
+        size_t k = sim_diff(s, ob, nd, 10);
+        for (size_t i = 0; i < k; i++) {
+            const struct mb_member *m = mb_find(sim_mb(s, ob[i]), (uint32_t)nd[i] + 1);
+            fprintf(stderr,
+                    "swimsim: %s: node %d holds node %d %s (inc %llu, since %.1f s ago);"
+                    " it is %s\n",
+                    r->name, ob[i], nd[i], m ? mb_state_name(m->state) : "unknown",
+                    m ? (unsigned long long)m->inc : 0ull,
+                    m ? ((double)sim_now(s) / 1e3 - (double)m->since_ms) / 1e3 : 0.0,
+                    sim_up(s, nd[i]) ? "running" : "down");
+        }
+    }
     r->converge_ms = sim_disagree(s) == 0 ? (c > since ? (double)(c - since) / 1000.0 : 0) : -1;
     sim_stats(s, &r->st);
     if (ix) sidx_stats(ix, &r->ix);
@@ -304,16 +369,84 @@ static const struct {
     {"crash1%", sc_crash, 0},    {"churn1%/min", sc_churn, 0}, {"rolling2s", sc_rolling, 0},
 };
 
-static struct result run_one(int idx, int n, const struct opts *o)
+/* One scenario on a fresh cluster, or on `base` (formed without loss,
+ * owned by the caller: the caller runs this in a child of fork(), so the
+ * cluster is the same for every scenario and formed once). */
+static struct result run_one(int idx, int n, const struct opts *o, struct sim *base)
 {
     struct result r = {.name = scenarios[idx].name, .n = n};
-    struct sim *s = cluster(n, o, scenarios[idx].loss);
+    double c0 = cpu_s();
+    struct sim *s = base ? base : form(n, o, scenarios[idx].loss);
+    double fc = base ? 0 : form_cpu;
+    attach(s, n, o);
     if (ix) sidx_reset_stats(ix);
     scenarios[idx].fn(s, &r);
+    const struct sim_mem *mm = sim_mem(s);
+    fprintf(stderr,
+            "swimsim: %s N=%d: formed in %.1f s virtual, %.1f s CPU, heap in use %.0f MB;"
+            " scenario %.1f s CPU; peak RSS %.0f MB; messages held at most %llu (%.1f MB)\n",
+            r.name, n, form_virt, form_cpu, form_heap, cpu_s() - c0 - fc, peak_rss_mb(),
+            (unsigned long long)mm->peak_msgs, (double)mm->peak_bytes / 1e6);
     sidx_free(ix);
     ix = NULL;
-    sim_free(s);
+    if (!base) sim_free(s);
     return r;
+}
+
+/* name is one of the comma-separated list. */
+static int listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
+static struct result run_one_fresh(int idx, int n, const struct opts *o)
+{
+    return run_one(idx, n, o, NULL);
+}
+
+/* Every selected scenario at size n, one row each, in order. Scenarios
+ * without loss share one formation: the cluster is formed once and each
+ * runs in a child of fork() (copy-on-write), waited for before the next,
+ * which prints what a fresh formation would (same seed, same events) at
+ * a fraction of the CPU -- forming is most of a run at N >= 1 000.
+ * `fresh` forms a cluster per scenario instead. */
+static int bench_size(int n, const struct opts *o, const char *only, int fresh)
+{
+    struct sim *base = NULL;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+        if (only && !listed(only, scenarios[i].name)) continue;
+        if (fresh) {
+            struct result r = run_one((int)i, n, o, NULL);
+            row(&r);
+            continue;
+        }
+        if (!base && scenarios[i].loss == 0) base = form(n, o, 0);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("swimsim: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            struct result r = run_one((int)i, n, o, scenarios[i].loss == 0 ? base : NULL);
+            row(&r);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(0);
+        }
+        int st = 0;
+        if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "swimsim: %s N=%d failed (status %d)\n", scenarios[i].name, n, st);
+            bad = 1;
+        }
+    }
+    sim_free(base);
+    return bad;
 }
 
 /* ---------------------------------------------------------- short test */
@@ -351,13 +484,13 @@ static int short_run(const struct opts *o)
     const int n = 100;
     tail = 0.5;
     header();
-    struct result r = run_one(find("clean"), n, o);
+    struct result r = run_one_fresh(find("clean"), n, o);
     row(&r);
     CHECK(r.st.false_deaths == 0, "%llu false deaths on a clean network",
           (unsigned long long)r.st.false_deaths);
     CHECK(r.converge_ms >= 0, "views differ from the truth");
 
-    r = run_one(find("crash1%"), n, o);
+    r = run_one_fresh(find("crash1%"), n, o);
     row(&r);
     CHECK(r.st.crashes_detected == r.st.crashes, "%llu of %llu crashes detected",
           (unsigned long long)r.st.crashes_detected, (unsigned long long)r.st.crashes);
@@ -365,29 +498,29 @@ static int short_run(const struct opts *o)
     CHECK(r.st.false_deaths == 0, "false deaths");
     check_moved(&r);
 
-    r = run_one(find("pause5s"), n, o);
+    r = run_one_fresh(find("pause5s"), n, o);
     row(&r);
     CHECK(r.st.false_deaths == 0, "a paused node caused %llu false deaths",
           (unsigned long long)r.st.false_deaths);
     CHECK(r.converge_ms >= 0, "no convergence after the pause");
 
-    r = run_one(find("partition"), n, o);
+    r = run_one_fresh(find("partition"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the healed partition did not converge");
     CHECK(r.st.false_deaths == 0, "%llu false deaths after the heal",
           (unsigned long long)r.st.false_deaths);
 
-    r = run_one(find("join"), n, o);
+    r = run_one_fresh(find("join"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the join did not converge");
     check_moved(&r);
-    r = run_one(find("leave"), n, o);
+    r = run_one_fresh(find("leave"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the leave did not converge");
     CHECK(r.st.left_as_dead == 0, "a node that left was declared dead");
     check_moved(&r);
 
-    r = run_one(find("rolling2s"), n, o);
+    r = run_one_fresh(find("rolling2s"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the rolling restart did not converge");
     check_moved(&r);
@@ -398,29 +531,23 @@ static int short_run(const struct opts *o)
     return fails ? 1 : 0;
 }
 
-/* name is one of the comma-separated list. */
-static int listed(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     struct opts o = {1, 0, 0, 0, -1};
-    int bench = 0, sizes[16], ns = 0;
+    int bench = 0, fresh = 0, sizes[16], ns = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) bench = 1;
         else if (!strcmp(argv[i], "--cpu")) o.cpu = 1;
+        else if (!strcmp(argv[i], "--fresh")) fresh = 1;
+        else if (!strcmp(argv[i], "--why")) why = 1;
+        else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) o.keys = atol(argv[++i]);
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh] [--why] [--progress]\n");
             return 2;
         }
     }
@@ -435,11 +562,7 @@ int main(int argc, char **argv)
            (unsigned long long)o.seed,
            o.cpu ? "handler CPU charged" : "cpu = process CPU time (simulator included)");
     header();
-    for (int k = 0; k < ns; k++)
-        for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
-            if (only && !listed(only, scenarios[i].name)) continue;
-            struct result r = run_one((int)i, sizes[k], &o);
-            row(&r);
-        }
-    return 0;
+    int bad = 0;
+    for (int k = 0; k < ns; k++) bad |= bench_size(sizes[k], &o, only, fresh);
+    return bad;
 }

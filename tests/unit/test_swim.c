@@ -432,6 +432,48 @@ static struct sim *net(int n, struct tally *t, double loss)
     return s;
 }
 
+/* A member's address and metadata live behind its record, sized to them
+ * at mb_add: updates that outgrow them, shrink again, or pass the
+ * member's own bytes back keep every byte right (ASan checks the rest). */
+static void test_member_bytes_move(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &bare_ops);
+    struct mb_member *m = mb_add(mb, 2, "sim://2", "ab", 2, 1, MB_ALIVE);
+    assert_non_null(m);
+    assert_string_equal(m->addr, "sim://2");
+    char longaddr[MB_ADDR_MAX + 1], meta[MB_META_MAX]; /* MB_ADDR_MAX chars */
+    memset(longaddr, 'a', sizeof longaddr - 1);
+    longaddr[sizeof longaddr - 1] = 0;
+    memset(meta, 7, sizeof meta);
+    assert_int_equal(mb_update(mb, m, longaddr, NULL, 0), -1); /* too long */
+    longaddr[sizeof longaddr - 2] = 0;
+    assert_int_equal(mb_update(mb, m, longaddr, NULL, 0), 0); /* outgrows */
+    assert_string_equal(m->addr, longaddr);
+    assert_true(m->meta_len == 2 && !memcmp(m->meta, "ab", 2));
+    assert_int_equal(mb_update(mb, m, NULL, meta, sizeof meta), 0);
+    assert_string_equal(m->addr, longaddr);
+    assert_true(m->meta_len == sizeof meta && !memcmp(m->meta, meta, sizeof meta));
+    assert_int_equal(c.events[MB_EV_UPDATE], 2);
+    assert_int_equal(mb_update(mb, m, m->addr, m->meta, m->meta_len), 0); /* its own */
+    assert_int_equal(c.events[MB_EV_UPDATE], 2);                      /* no change */
+    assert_int_equal(mb_update(mb, m, "x://1", m->meta + 1, 3), 0);   /* shrinks */
+    assert_string_equal(m->addr, "x://1");
+    assert_true(m->meta_len == 3 && !memcmp(m->meta, meta, 3));
+    assert_int_equal(mb_update(mb, m, m->addr + 1, NULL, 0), 0);      /* overlaps */
+    assert_string_equal(m->addr, "://1");
+    assert_int_equal(c.events[MB_EV_UPDATE], 4);
+    assert_int_equal(mb_set_meta(mb, meta, sizeof meta), 0);
+    struct mb_member *self = mb_self(mb);
+    assert_int_equal(mb_set_meta(mb, self->meta + 10, 5), 0);
+    assert_true(self->meta_len == 5 && !memcmp(self->meta, meta, 5));
+    assert_int_equal(mb_set_meta(mb, meta, sizeof meta + 1), -1);
+    assert_non_null(mb_find(mb, 2));
+    mb_destroy(mb);
+    cap_clear(&c);
+}
+
 static void test_join_and_metadata(void **state)
 {
     (void)state;
@@ -532,6 +574,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_grows_and_shrinks),
+        cmocka_unit_test(test_member_bytes_move),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_refutes_suspicion_of_itself),
         cmocka_unit_test(test_precedence),

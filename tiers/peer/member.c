@@ -9,6 +9,11 @@
  * is no member cap. Every state change goes through mb_set_state(), which
  * keeps the gauges and the epoch and fires the change callback: backends
  * cannot forget one.
+ *
+ * Memory: a member is one allocation -- the record, then its address and
+ * metadata bytes right behind it, sized to them -- because a simulated
+ * fleet holds N tables of N members (25 M at N = 5 000). An update that
+ * outgrows those bytes moves both into one separate block (`ext`).
  */
 #include "member.h"
 
@@ -18,7 +23,9 @@
 
 struct node {
     struct mb_member pub;   /* first: a struct mb_member * is a struct node * */
-    size_t idx;             /* position in mb->v */
+    uint32_t idx;           /* position in mb->v */
+    uint32_t room;          /* bytes behind the record for addr + meta */
+    char *ext;              /* addr + meta when they outgrew room, or NULL */
 };
 
 struct mb {
@@ -26,11 +33,11 @@ struct mb {
     void *be;
     struct mb_config cfg;
     char self_addr[MB_ADDR_MAX];
-    struct node self;
+    struct node *self;
     struct node **v;        /* the other members, dense */
     size_t n, cap;
     uint32_t *hk;           /* hash: id (0 = empty) */
-    size_t *hv;             /* hash: index into v */
+    uint32_t *hv;           /* hash: index into v */
     size_t hcap;            /* power of two */
     uint64_t epoch;
     size_t live;
@@ -90,7 +97,7 @@ static size_t slot_of(uint32_t id, size_t cap)
     return (size_t)(h >> 32) & (cap - 1);
 }
 
-static void h_put(struct mb *mb, uint32_t id, size_t idx)
+static void h_put(struct mb *mb, uint32_t id, uint32_t idx)
 {
     size_t i = slot_of(id, mb->hcap);
     while (mb->hk[i] && mb->hk[i] != id) i = (i + 1) & (mb->hcap - 1);
@@ -100,8 +107,8 @@ static void h_put(struct mb *mb, uint32_t id, size_t idx)
 
 static void h_grow(struct mb *mb)
 {
-    uint32_t *ok = mb->hk;
-    size_t *ov = mb->hv, oc = mb->hcap;
+    uint32_t *ok = mb->hk, *ov = mb->hv;
+    size_t oc = mb->hcap;
     mb->hcap = oc ? oc * 2 : 16;
     mb->hk = xcalloc(mb->hcap, sizeof *mb->hk);
     mb->hv = xcalloc(mb->hcap, sizeof *mb->hv);
@@ -146,12 +153,12 @@ static void h_del(struct mb *mb, size_t i)
 struct mb_member *mb_find(const struct mb *mb, uint32_t id)
 {
     if (!mb) return NULL;
-    if (id == mb->self.pub.id) return (struct mb_member *)&mb->self.pub;
+    if (id == mb->self->pub.id) return &mb->self->pub;
     long i = h_find(mb, id);
     return i < 0 ? NULL : &mb->v[mb->hv[i]]->pub;
 }
 
-struct mb_member *mb_self(const struct mb *mb) { return (struct mb_member *)&mb->self.pub; }
+struct mb_member *mb_self(const struct mb *mb) { return &mb->self->pub; }
 size_t mb_count(const struct mb *mb) { return mb ? mb->n : 0; }
 struct mb_member *mb_at(const struct mb *mb, size_t i) { return i < mb->n ? &mb->v[i]->pub : NULL; }
 size_t mb_live(const struct mb *mb) { return mb ? mb->live : 0; }
@@ -216,38 +223,55 @@ static void fire(struct mb *mb, struct mb_member *m, enum mb_event ev, enum mb_s
     if (mb->cfg.on_change) mb->cfg.on_change(mb->cfg.on_change_arg, mb, m, ev, old);
 }
 
-static int set_meta(struct mb_member *m, const void *meta, size_t len)
+/* A record with `room` bytes behind it for its address and metadata. */
+static struct node *node_new(size_t room)
 {
-    if (len > MB_META_MAX) return -1;
-    if (len == m->meta_len && (!len || !memcmp(m->meta, meta, len))) return 0;
-    free(m->meta);
-    m->meta = NULL;
-    m->meta_len = (uint32_t)len;
-    if (len) {
-        m->meta = xcalloc(1, len);
-        memcpy(m->meta, meta, len);
-    }
-    return 1;
+    struct node *nd = xcalloc(1, sizeof *nd + room);
+    nd->room = (uint32_t)room;
+    return nd;
+}
+
+static void node_free(struct node *nd)
+{
+    free(nd->ext);
+    free(nd);
+}
+
+/* Store addr and meta (either may point into nd's own bytes): behind the
+ * record when they fit, else in one separate block. Lengths checked. */
+static void node_place(struct node *nd, const char *addr, const void *meta, size_t len)
+{
+    char tmp[MB_ADDR_MAX + MB_META_MAX];
+    size_t alen = strlen(addr) + 1;
+    memcpy(tmp, addr, alen);
+    if (len) memcpy(tmp + alen, meta, len);
+    char *dst = (char *)(nd + 1), *old = nd->ext;
+    nd->ext = NULL;
+    if (alen + len > nd->room) dst = nd->ext = xcalloc(1, alen + len);
+    memcpy(dst, tmp, alen + len);
+    free(old);
+    nd->pub.addr = dst;
+    nd->pub.meta = len ? (uint8_t *)dst + alen : NULL;
+    nd->pub.meta_len = (uint32_t)len;
 }
 
 struct mb_member *mb_add(struct mb *mb, uint32_t id, const char *addr, const void *meta,
                          size_t meta_len, uint64_t inc, enum mb_state st)
 {
-    if (!id || id == mb->self.pub.id || h_find(mb, id) >= 0 || !addr ||
+    if (!id || id == mb->self->pub.id || h_find(mb, id) >= 0 || !addr ||
         strlen(addr) >= MB_ADDR_MAX || meta_len > MB_META_MAX || (unsigned)st >= MB_NSTATES)
         return NULL;
-    struct node *nd = xcalloc(1, sizeof *nd);
+    struct node *nd = node_new(strlen(addr) + 1 + meta_len);
     nd->pub.id = id;
     nd->pub.state = st;
     nd->pub.inc = inc;
     nd->pub.since_ms = mb_now(mb);
-    snprintf(nd->pub.addr, sizeof nd->pub.addr, "%s", addr);
-    set_meta(&nd->pub, meta, meta_len);
+    node_place(nd, addr, meta, meta_len);
     if (mb->n == mb->cap) {
         mb->cap = mb->cap ? mb->cap * 2 : 16;
         mb->v = xrealloc(mb->v, mb->cap * sizeof *mb->v);
     }
-    nd->idx = mb->n;
+    nd->idx = (uint32_t)mb->n;
     mb->v[mb->n++] = nd;
     if (2 * mb->n >= mb->hcap) h_grow(mb);
     h_put(mb, id, nd->idx);
@@ -273,7 +297,7 @@ static enum mb_event event_for(enum mb_state old, enum mb_state st)
 void mb_set_state(struct mb *mb, struct mb_member *m, enum mb_state st, uint64_t inc)
 {
     enum mb_state old = m->state;
-    if (m == &mb->self.pub) { /* self: only the incarnation moves */
+    if (m == &mb->self->pub) { /* self: only the incarnation moves */
         m->inc = inc;
         return;
     }
@@ -296,30 +320,32 @@ int mb_update(struct mb *mb, struct mb_member *m, const char *addr, const void *
               size_t meta_len)
 {
     if ((addr && strlen(addr) >= MB_ADDR_MAX) || meta_len > MB_META_MAX) return -1;
-    int changed = 0;
-    if (addr && strcmp(addr, m->addr)) {
-        snprintf(m->addr, sizeof m->addr, "%s", addr);
-        changed = 1;
+    if (!addr) addr = m->addr;
+    if (!meta) {
+        meta = m->meta;
+        meta_len = m->meta_len;
     }
-    if (meta) changed |= set_meta(m, meta, meta_len);
-    if (changed && m != &mb->self.pub) fire(mb, m, MB_EV_UPDATE, m->state);
+    int changed = strcmp(addr, m->addr) != 0 || meta_len != m->meta_len ||
+                  (meta_len && memcmp(meta, m->meta, meta_len) != 0);
+    if (!changed) return 0;
+    node_place((struct node *)m, addr, meta, meta_len);
+    if (m != &mb->self->pub) fire(mb, m, MB_EV_UPDATE, m->state);
     return 0;
 }
 
 static void free_node(struct mb *mb, struct node *nd)
 {
     fire(mb, &nd->pub, MB_EV_GONE, nd->pub.state);
-    free(nd->pub.meta);
-    free(nd);
+    node_free(nd);
 }
 
 void mb_remove(struct mb *mb, struct mb_member *m)
 {
     struct node *nd = (struct node *)m;
     long h = h_find(mb, m->id);
-    if (h < 0 || nd == &mb->self) return;
+    if (h < 0 || nd == mb->self) return;
     h_del(mb, (size_t)h);
-    size_t i = nd->idx;
+    uint32_t i = nd->idx;
     mb->v[i] = mb->v[--mb->n];
     mb->v[i]->idx = i;
     if (i != mb->n) h_put(mb, mb->v[i]->pub.id, i);
@@ -358,12 +384,12 @@ struct mb *mb_create(const struct mb_ops *ops, const struct mb_config *cfg, cons
     mb->cfg = c;
     snprintf(mb->self_addr, sizeof mb->self_addr, "%s", c.self_addr);
     mb->cfg.self_addr = mb->self_addr;
-    mb->cfg.meta = NULL; /* lives in self.pub.meta */
-    mb->self.pub.id = c.self_id;
-    mb->self.pub.state = MB_ALIVE;
-    mb->self.pub.inc = c.inc ? c.inc : mb_now(mb);
-    snprintf(mb->self.pub.addr, sizeof mb->self.pub.addr, "%s", c.self_addr);
-    set_meta(&mb->self.pub, c.meta, c.meta_len);
+    mb->cfg.meta = NULL; /* lives in self->pub.meta */
+    mb->self = node_new(MB_ADDR_MAX + MB_META_MAX); /* never outgrown */
+    mb->self->pub.id = c.self_id;
+    mb->self->pub.state = MB_ALIVE;
+    mb->self->pub.inc = c.inc ? c.inc : mb_now(mb);
+    node_place(mb->self, c.self_addr, c.meta, c.meta_len);
     if (ops->open && ops->open(mb) != 0) {
         if (why) *why = "backend failed to open";
         mb->cfg.on_change = NULL;
@@ -384,7 +410,7 @@ void mb_destroy(struct mb *mb)
     free(mb->v);
     free(mb->hk);
     free(mb->hv);
-    free(mb->self.pub.meta);
+    if (mb->self) node_free(mb->self);
     free(mb);
 }
 
@@ -421,7 +447,9 @@ uint64_t mb_next_tick(struct mb *mb)
 int mb_set_meta(struct mb *mb, const void *meta, size_t len)
 {
     if (len > MB_META_MAX) return -1;
-    if (set_meta(&mb->self.pub, meta, len) > 0 && mb->ops->meta_changed && !mb->left)
-        mb->ops->meta_changed(mb, mb_now(mb));
+    struct mb_member *self = &mb->self->pub;
+    if (len == self->meta_len && (!len || !memcmp(self->meta, meta, len))) return 0;
+    node_place(mb->self, self->addr, meta, len);
+    if (mb->ops->meta_changed && !mb->left) mb->ops->meta_changed(mb, mb_now(mb));
     return 0;
 }

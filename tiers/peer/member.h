@@ -76,8 +76,10 @@ struct mb_member {
     enum mb_state state;
     uint64_t inc;                /* incarnation: only its owner raises it */
     uint64_t since_ms;           /* when state last changed (env clock) */
-    char addr[MB_ADDR_MAX];      /* where the transport reaches it */
-    uint8_t *meta;               /* meta_len opaque bytes (NULL when 0) */
+    char *addr;                  /* where the transport reaches it (shorter
+                                    than MB_ADDR_MAX; moves on MB_EV_UPDATE) */
+    uint8_t *meta;               /* meta_len opaque bytes (NULL when 0; moves
+                                    on MB_EV_UPDATE) */
     uint32_t meta_len;
     void *user;                  /* the caller's; see Ownership above */
     void *be;                    /* the backend's: it frees it before

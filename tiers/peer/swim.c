@@ -69,15 +69,20 @@ struct susp {
     uint32_t who[SW_CONFIRM_MAX];
 };
 
+/* One queued claim: 48 bytes, its address and metadata (alive claims
+ * only) in one block sized to them -- while a fleet starts every node
+ * queues a claim per member it learns. */
 struct claim {
     uint32_t id, from, tx, mark;
     int state;
+    uint32_t meta_len;
     uint64_t inc;
-    char addr[MB_ADDR_MAX];
-    uint8_t *meta;
-    size_t meta_len;
+    char *addr;                       /* "" or the start of the block */
+    uint8_t *meta;                    /* in the block, or NULL */
     size_t size;                      /* packed, with field overhead */
 };
+
+static char no_addr[1];               /* the address of non-alive claims */
 
 struct relay {
     int used;
@@ -222,7 +227,8 @@ static int confirm(struct mb *mb, struct mb_member *m, uint32_t from)
 
 static void claim_free(struct claim *c)
 {
-    free(c->meta);
+    if (c->addr && c->addr != no_addr) free(c->addr);
+    c->addr = no_addr;
     c->meta = NULL;
 }
 
@@ -252,7 +258,19 @@ static void enqueue(struct mb *mb, uint32_t id, int state, uint64_t inc, const c
             sw->q = xalloc(sw->q, sw->qcap * sizeof *sw->q);
         }
         c = &sw->q[sw->nq++];
+        c->addr = no_addr;
         c->meta = NULL;
+    }
+    char *blk = no_addr;
+    uint8_t *md = NULL;
+    size_t alen = state == MB_ALIVE && addr && addr[0] ? strlen(addr) + 1 : 0;
+    size_t mlen = state == MB_ALIVE && meta ? meta_len : 0;
+    if (alen || mlen) { /* built before the old block goes: no aliasing */
+        blk = xalloc(NULL, (alen ? alen : 1) + mlen);
+        blk[0] = 0;
+        if (alen) memcpy(blk, addr, alen);
+        md = mlen ? (uint8_t *)blk + (alen ? alen : 1) : NULL;
+        if (mlen) memcpy(md, meta, mlen);
     }
     claim_free(c);
     c->id = id;
@@ -261,12 +279,9 @@ static void enqueue(struct mb *mb, uint32_t id, int state, uint64_t inc, const c
     c->from = from;
     c->tx = 0;
     c->mark = 0;
-    snprintf(c->addr, sizeof c->addr, "%s", state == MB_ALIVE && addr ? addr : "");
-    c->meta_len = state == MB_ALIVE ? meta_len : 0;
-    if (c->meta_len) {
-        c->meta = xalloc(NULL, meta_len);
-        memcpy(c->meta, meta, meta_len);
-    }
+    c->addr = blk;
+    c->meta = md;
+    c->meta_len = (uint32_t)mlen;
     c->size = claim_size(c);
 }
 
@@ -299,10 +314,11 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     msg->from_addr = (char *)mb_self(mb)->addr;
     size_t room = kvtier__swim_msg__get_packed_size(msg);
     room = room < cfg->max_msg_bytes ? cfg->max_msg_bytes - room : 0;
-    size_t cap = sw->nq + 1, n = 0;
+    /* Each claim packs into at least 3 bytes: room / 3 bounds them. */
+    size_t cap = (sw->nq < room / 3 ? sw->nq : room / 3) + 1, n = 0;
     Kvtier__SwimMember *sm = xalloc(NULL, cap * sizeof *sm);
     Kvtier__SwimMember **sp = xalloc(NULL, cap * sizeof *sp);
-    struct claim buddy = {0};
+    struct claim buddy = {.addr = no_addr};
     if (about && (about->state == MB_SUSPECT || about->state == MB_DEAD)) {
         buddy.id = about->id;
         buddy.state = about->state;
@@ -316,22 +332,32 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
             room -= buddy.size;
         }
     }
-    /* Least-sent first, level by level: no sort (the queue holds one
-     * claim per changed member, thousands while a fleet starts). */
+    /* Least-sent first, in queue order among equals: a counting sort by
+     * send count, O(nq) a message -- the queue holds one claim per changed
+     * member, thousands while a fleet starts, and a scan of it per send
+     * count cost O(lim * nq) a message. */
     uint32_t lim = retransmits(mb), mark = ++sw->msgno;
-    for (uint32_t lvl = 0; lvl < lim && room > 8; lvl++)
-        for (size_t i = 0; i < sw->nq && room > 8; i++) {
-            struct claim *c = &sw->q[i];
-            if (c->tx != lvl || c->mark == mark || c->size > room ||
-                (buddy.size && c->id == buddy.id))
-                continue;
-            fill_claim(&sm[n], c);
-            sp[n] = &sm[n];
-            n++;
-            room -= c->size;
-            c->tx++;
-            c->mark = mark;
-        }
+    size_t *at = xalloc(NULL, ((size_t)lim + 1) * sizeof *at);
+    memset(at, 0, ((size_t)lim + 1) * sizeof *at);
+    for (size_t i = 0; i < sw->nq; i++)
+        if (sw->q[i].tx < lim) at[sw->q[i].tx + 1]++;
+    for (uint32_t l = 1; l <= lim; l++) at[l] += at[l - 1];
+    size_t nord = at[lim];
+    uint32_t *ord = xalloc(NULL, nord * sizeof *ord);
+    for (size_t i = 0; i < sw->nq; i++)
+        if (sw->q[i].tx < lim) ord[at[sw->q[i].tx]++] = (uint32_t)i;
+    for (size_t k = 0; k < nord && room > 8; k++) {
+        struct claim *c = &sw->q[ord[k]];
+        if (c->size > room || (buddy.size && c->id == buddy.id)) continue;
+        fill_claim(&sm[n], c);
+        sp[n] = &sm[n];
+        n++;
+        room -= c->size;
+        c->tx++;
+        c->mark = mark;
+    }
+    free(ord);
+    free(at);
     msg->n_gossip = n;
     msg->gossip = sp;
     size_t len = kvtier__swim_msg__get_packed_size(msg);
@@ -897,6 +923,8 @@ static void reap_tick(struct mb *mb, uint64_t now)
     if (now < sw->next_reap) return;
     sw->next_reap = now + 1000;
     uint64_t keep = mb_cfg(mb)->reap_ms;
+    const struct mb_stats *st = mb_stats(mb);
+    if (!st->members[MB_DEAD] && !st->members[MB_LEFT]) return; /* O(1) when none */
     for (size_t i = 0; i < mb_count(mb);) {
         struct mb_member *m = mb_at(mb, i);
         if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
