@@ -398,6 +398,121 @@ static void test_confirmations_shorten_suspicion(void **state)
     assert_true(confirmed < lone);
 }
 
+/* Answer every Ping node 1 sent (captured in c) with an Ack from its
+ * target; returns the target of the last Ping answered, 0 if none. */
+static uint32_t ack_pings(struct mb *mb, struct cap *c)
+{
+    uint32_t last = 0;
+    for (int i = 0; i < c->n; i++) {
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_PING) {
+            Kvtier__SwimMsg r = KVTIER__SWIM_MSG__INIT;
+            Kvtier__SwimAck a = KVTIER__SWIM_ACK__INIT;
+            char addr[32];
+            last = m->ping->target;
+            snprintf(addr, sizeof addr, "sim://%u", (unsigned)last);
+            a.seq = m->ping->seq;
+            r.from = last;
+            r.from_addr = addr;
+            r.body_case = KVTIER__SWIM_MSG__BODY_ACK;
+            r.ack = &a;
+            size_t len = kvtier__swim_msg__get_packed_size(&r);
+            uint8_t *buf = malloc(len);
+            kvtier__swim_msg__pack(&r, buf);
+            mb_receive(mb, buf, len, c->now);
+            free(buf);
+        }
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    cap_clear(c);
+    return last;
+}
+
+/* A member learned in the middle of a probe round is probed in that
+ * round, not only after it: left for the next reshuffle, a member that
+ * arrived late goes unprobed by this node for up to n periods, and a
+ * crashed member that few nodes probe gathers few confirmations. */
+static void test_new_member_joins_round(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 100, LATE = 1000 };
+    Kvtier__SwimMember cl[N], *cp[N];
+    char addr[N][32], late[] = "sim://1000";
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(addr[i], sizeof addr[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, N, 0, 0);
+    int probed[LATE + 1] = {0}, fed = 0, twice = 0, late_at = -1;
+    for (int p = 0; p < 3 * N && !twice; p++) {
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        uint32_t t = ack_pings(mb, &c);
+        if (!t) continue;
+        twice = ++probed[t] > 1;
+        if (t == LATE && late_at < 0) late_at = p;
+        if (!fed) { /* the round has begun: now a member arrives */
+            claim(&cl[0], LATE, MB_ALIVE, 3, LATE, late);
+            feed(mb, 2, cp, 1, 0, c.now);
+            fed = 1;
+        }
+    }
+    assert_true(twice);             /* a second round began... */
+    assert_true(late_at >= 0);      /* ...after the late member was probed */
+    assert_int_equal(mb_find(mb, LATE)->state, MB_ALIVE);
+    mb_destroy(mb);
+}
+
+/* A relay that cannot reach the target Nacks the origin while the
+ * origin's probe is still open (within the rest of its period after the
+ * PingReq), so a healthy origin does not count the Nack as missing. */
+static void test_nack_in_time(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    const struct mb_config *cfg = mb_cfg(mb);
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimPingReq r = KVTIER__SWIM_PING_REQ__INIT;
+    char origin[] = "sim://2", target[] = "sim://3";
+    r.target = 3;
+    r.target_addr = target;
+    r.seq = 77;
+    msg.from = 2;
+    msg.from_addr = origin;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_PING_REQ;
+    msg.ping_req = &r;
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = malloc(len);
+    kvtier__swim_msg__pack(&msg, buf);
+    c.now = 10000;
+    mb_receive(mb, buf, len, c.now);
+    free(buf);
+    cap_clear(&c); /* the Ping to the target; it stays silent */
+    int nacked = 0;
+    uint64_t until = c.now + (cfg->probe_ms - cfg->probe_timeout_ms) - 1;
+    while (c.now + 10 <= until && !nacked) { /* ticks up to `until` only */
+        c.now += 10;
+        mb_tick(mb, c.now);
+        for (int i = 0; i < c.n; i++) {
+            Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[i], c.buf[i]);
+            assert_non_null(m);
+            if (m->body_case == KVTIER__SWIM_MSG__BODY_NACK && !strcmp(c.to[i], origin)) {
+                assert_int_equal(m->nack->seq, 77);
+                nacked = 1;
+            }
+            kvtier__swim_msg__free_unpacked(m, NULL);
+        }
+        cap_clear(&c);
+    }
+    assert_true(nacked);
+    mb_destroy(mb);
+}
+
 /* --------------------------------------------------- swim, many nodes */
 
 struct tally {
@@ -539,6 +654,8 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_piggyback_bounded),
         cmocka_unit_test(test_confirmations_shorten_suspicion),
+        cmocka_unit_test(test_new_member_joins_round),
+        cmocka_unit_test(test_nack_in_time),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),

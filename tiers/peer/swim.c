@@ -80,9 +80,10 @@ struct claim {
 };
 
 struct relay {
-    int used;
+    int used, nacked;
     uint32_t seq, origin_seq;
-    uint64_t deadline_ms;
+    uint64_t nack_ms, deadline_ms;    /* Nack the origin at nack_ms; relay
+                                         a late Ack until deadline_ms */
     char origin[MB_ADDR_MAX];
 };
 
@@ -435,6 +436,8 @@ static void send_sync(struct mb *mb, const char *addr, int reply, int join)
 
 /* ------------------------------------------------------------- merging */
 
+static void order_add(struct mb *mb, uint32_t id);
+
 static void refute(struct mb *mb, uint64_t claimed_inc)
 {
     struct mb_member *self = mb_self(mb);
@@ -463,12 +466,17 @@ static void merge_alive(struct mb *mb, struct mb_member *m, const Kvtier__SwimMe
     }
     if (!m) {
         m = mb_add(mb, c->id, c->addr, c->meta.data, c->meta.len, c->incarnation, MB_ALIVE);
-        if (m) enqueue_member(mb, m, c->from);
+        if (m) {
+            order_add(mb, m->id);
+            enqueue_member(mb, m, c->from);
+        }
         return;
     }
     if (c->incarnation <= m->inc) return;
+    int back = m->state == MB_DEAD || m->state == MB_LEFT;
     if (c->addr[0]) mb_update(mb, m, c->addr, c->meta.data, c->meta.len);
     set_state(mb, m, MB_ALIVE, c->incarnation, 0);
+    if (back) order_add(mb, m->id);
     enqueue_member(mb, m, c->from);
 }
 
@@ -609,6 +617,24 @@ static void reshuffle(struct mb *mb)
     sw->pos = 0;
 }
 
+/* A member new to this node (or back from the dead) joins the round in
+ * progress at a random place still ahead, as memberlist does: left for
+ * the next reshuffle, it would go unprobed here for up to a whole round
+ * (n periods), and a member few nodes probe gathers few confirmations
+ * when it crashes -- its suspicion then runs to the longest timeout. */
+static void order_add(struct mb *mb, uint32_t id)
+{
+    struct swim *sw = SW(mb);
+    if (!sw->norder) return; /* no round yet: the first one takes everyone */
+    if (sw->norder == sw->ordcap) {
+        sw->ordcap *= 2;
+        sw->order = xalloc(sw->order, sw->ordcap * sizeof *sw->order);
+    }
+    size_t end = sw->norder++, j = sw->pos + mb_rand(mb) % (end - sw->pos + 1);
+    if (j < end) sw->order[end] = sw->order[j];
+    sw->order[j] = id;
+}
+
 static struct mb_member *next_target(struct mb *mb)
 {
     struct swim *sw = SW(mb);
@@ -705,6 +731,19 @@ static void on_ping(struct mb *mb, const Kvtier__SwimMsg *msg)
     send_ack(mb, msg->from_addr, msg->ping->seq, 0, mb_find(mb, msg->from));
 }
 
+/* How long a relay waits for the target before it Nacks: 80% of what is
+ * left of the origin's period after its ping-req went out (Lifeguard), so
+ * the Nack reaches the origin before the origin judges the probe -- the
+ * Nacks it expects and misses are what tell it that the trouble is its
+ * own. */
+static uint64_t nack_wait(struct mb *mb)
+{
+    const struct mb_config *c = mb_cfg(mb);
+    uint64_t left = c->probe_ms > c->probe_timeout_ms ? c->probe_ms - c->probe_timeout_ms
+                                                      : c->probe_timeout_ms;
+    return left * 4 / 5;
+}
+
 static void on_ping_req(struct mb *mb, const Kvtier__SwimMsg *msg, uint64_t rx)
 {
     struct swim *sw = SW(mb);
@@ -722,8 +761,10 @@ static void on_ping_req(struct mb *mb, const Kvtier__SwimMsg *msg, uint64_t rx)
         if (sw->rel[i].deadline_ms < rl->deadline_ms) rl = &sw->rel[i];
     }
     rl->used = 1;
+    rl->nacked = 0;
     rl->seq = ++sw->seq;
     rl->origin_seq = r->seq;
+    rl->nack_ms = rx + nack_wait(mb);
     rl->deadline_ms = rx + mb_cfg(mb)->probe_timeout_ms;
     snprintf(rl->origin, sizeof rl->origin, "%s", msg->from_addr);
     send_ping(mb, r->target_addr, r->target, rl->seq, mb_find(mb, r->target));
@@ -817,10 +858,11 @@ static void relay_tick(struct mb *mb, uint64_t now)
     struct swim *sw = SW(mb);
     for (size_t i = 0; i < SW_RELAYS; i++) {
         struct relay *rl = &sw->rel[i];
-        if (rl->used && now >= rl->deadline_ms) {
-            rl->used = 0;
+        if (rl->used && !rl->nacked && now >= rl->nack_ms) {
+            rl->nacked = 1;
             send_ack(mb, rl->origin, rl->origin_seq, 1, NULL);
         }
+        if (rl->used && now >= rl->deadline_ms) rl->used = 0;
     }
 }
 
@@ -944,7 +986,7 @@ static uint64_t sw_next_tick(struct mb *mb)
     LOWER(sw->next_reconnect);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
-        if (sw->rel[i].used) LOWER(sw->rel[i].deadline_ms);
+        if (sw->rel[i].used) LOWER(sw->rel[i].nacked ? sw->rel[i].deadline_ms : sw->rel[i].nack_ms);
     for (size_t i = 0; i < sw->nsusp; i++) {
         struct mb_member *m = mb_find(mb, sw->susp[i]);
         if (m && m->be) LOWER(((struct susp *)m->be)->deadline_ms);
