@@ -513,6 +513,85 @@ static void test_nack_in_time(void **state)
     mb_destroy(mb);
 }
 
+/* Messages captured in c to `to` (an address), and whether one of them
+ * carried claim (id, state) -- at incarnation >= inc. */
+static int sent_claim(struct cap *c, const char *to, uint32_t id, int state, uint64_t inc)
+{
+    int seen = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (strcmp(c->to[i], to)) continue;
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        for (size_t j = 0; j < m->n_gossip; j++)
+            seen |= m->gossip[j]->id == id && (int)m->gossip[j]->state == state &&
+                    m->gossip[j]->incarnation >= inc;
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_SYNC)
+            for (size_t j = 0; j < m->sync->n_members; j++)
+                seen |= m->sync->members[j]->id == id &&
+                        (int)m->sync->members[j]->state == state &&
+                        m->sync->members[j]->incarnation >= inc;
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    return seen;
+}
+
+/* After a partition heals, each side holds the other dead and routes no
+ * gossip to it. A member held dead is poked every period ("you are dead
+ * here"), even when it is the only dead one among many; told so, it
+ * refutes straight back to the teller, and a member that speaks while
+ * held dead is told at once. */
+static void test_dead_member_poked_and_answered(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 300 };
+    Kvtier__SwimMember *cl = calloc(N, sizeof *cl), **cp = calloc(N, sizeof *cp);
+    char (*addr)[32] = calloc(N, 32);
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(addr[i], 32, "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, N, 0, 0);
+    /* Member 200 died here (through a partition, say). */
+    claim(&cl[0], 200, MB_DEAD, 3, 5, addr[198]);
+    feed(mb, 5, cp, 1, 0, 0);
+    c.now = 100000; /* the minimum suspicion timeout is long past */
+    feed(mb, 5, cp, 1, 0, c.now);
+    assert_int_equal(mb_find(mb, 200)->state, MB_DEAD);
+    cap_clear(&c);
+    /* Within two periods it is told, the only dead one of 300. */
+    int told = 0;
+    for (int p = 0; p < 2 && !told; p++) {
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        told = sent_claim(&c, "sim://200", 200, MB_DEAD, 3);
+        ack_pings(mb, &c);
+    }
+    assert_true(told);
+    /* It speaks while held dead: told at once. */
+    claim(&cl[0], 7, MB_ALIVE, 3, 7, addr[5]);
+    feed(mb, 200, cp, 1, 0, c.now);
+    assert_true(sent_claim(&c, "sim://200", 200, MB_DEAD, 3));
+    cap_clear(&c);
+    /* Told that this node is suspect: it refutes to the teller at once. */
+    claim(&cl[0], 1, MB_SUSPECT, 100, 9, addr[7]);
+    feed(mb, 9, cp, 1, 0, c.now);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    assert_true(sent_claim(&c, "sim://9", 1, MB_ALIVE, 101));
+    cap_clear(&c);
+    /* Its refutation revives it here, and the exchange ends. */
+    claim(&cl[0], 200, MB_ALIVE, 4, 200, addr[198]);
+    feed(mb, 200, cp, 1, 0, c.now);
+    assert_int_equal(mb_find(mb, 200)->state, MB_ALIVE);
+    assert_int_equal(c.n, 0);
+    free(cl);
+    free(cp);
+    free(addr);
+    mb_destroy(mb);
+}
+
 /* --------------------------------------------------- swim, many nodes */
 
 struct tally {
@@ -643,6 +722,25 @@ static void test_lossy_network(void **state)
     sim_free(s);
 }
 
+/* A 50/50 partition longer than the suspicion timeouts (shorter than
+ * reap_ms), then healed: both halves hold each other dead, and find each
+ * other again by refutation within 10 periods (virtual time). */
+static void test_partition_heals(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(16, &t, 0);
+    int g[16];
+    for (int i = 0; i < 16; i++) g[i] = i >= 8;
+    sim_partition(s, g, 1);
+    sim_run_until(s, sim_now(s) + 15000000); /* less than reap_ms (20 s) */
+    assert_int_equal(sim_disagree(s), 2 * 8 * 8);
+    sim_partition(s, g, 0);
+    sim_run_until(s, sim_now(s) + 10000000);
+    assert_int_equal(sim_disagree(s), 0);
+    sim_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -656,12 +754,14 @@ int main(void)
         cmocka_unit_test(test_confirmations_shorten_suspicion),
         cmocka_unit_test(test_new_member_joins_round),
         cmocka_unit_test(test_nack_in_time),
+        cmocka_unit_test(test_dead_member_poked_and_answered),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),
         cmocka_unit_test(test_indirect_probe_saves_a_bad_link),
         cmocka_unit_test(test_paused_node_accuses_nobody),
         cmocka_unit_test(test_lossy_network),
+        cmocka_unit_test(test_partition_heals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,8 +106,13 @@ struct swim {
     char **seeds;
     size_t nseeds;
     uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
+    uint64_t next_poke;
     uint32_t health;
     int synced;                       /* a table arrived: joined */
+    int refuted;                      /* the message being handled made
+                                         this node refute */
+    int lead_self;                    /* send_msg: this node's own claim
+                                         first, if queued */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -317,9 +322,19 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
             room -= buddy.size;
         }
     }
+    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+    for (size_t i = 0; sw->lead_self && i < sw->nq; i++) {
+        struct claim *c = &sw->q[i];
+        if (c->id != mb_self(mb)->id || c->size > room) continue;
+        fill_claim(&sm[n], c);
+        sp[n] = &sm[n];
+        n++;
+        room -= c->size;
+        c->tx++;
+        c->mark = mark;
+    }
     /* Least-sent first, level by level: no sort (the queue holds one
      * claim per changed member, thousands while a fleet starts). */
-    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
     for (uint32_t lvl = 0; lvl < lim && room > 8; lvl++)
         for (size_t i = 0; i < sw->nq && room > 8; i++) {
             struct claim *c = &sw->q[i];
@@ -384,13 +399,18 @@ static void send_ack(struct mb *mb, const char *addr, uint32_t seq, int nack,
     send_msg(mb, addr, &msg, nack ? MB_MSG_NACK : MB_MSG_ACK, about);
 }
 
-static void send_gossip(struct mb *mb, const struct mb_member *to)
+static void send_gossip_to(struct mb *mb, const char *addr, const struct mb_member *about)
 {
     Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
     Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
     msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
     msg.gossip_only = &g;
-    send_msg(mb, to->addr, &msg, MB_MSG_GOSSIP, to);
+    send_msg(mb, addr, &msg, MB_MSG_GOSSIP, about);
+}
+
+static void send_gossip(struct mb *mb, const struct mb_member *to)
+{
+    send_gossip_to(mb, to->addr, to);
 }
 
 static void member_claim(Kvtier__SwimMember *sm, const struct mb_member *m, uint32_t self)
@@ -445,6 +465,7 @@ static void refute(struct mb *mb, uint64_t claimed_inc)
     mb_stats_mut(mb)->refutations++;
     health_add(mb, 1);
     enqueue_member(mb, self, self->id);
+    SW(mb)->refuted = 1;
 }
 
 /* Someone still holds an older suspicion or death of this node: queue
@@ -803,6 +824,26 @@ static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
     if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
 }
 
+/* The sender doubted this node (it refuted), or this node holds the
+ * sender dead although it just spoke: tell it at once instead of waiting
+ * for gossip, which neither side would route to a member it holds dead.
+ * One message carrying this node's own claim first (its refutation) and
+ * the sender's death as held here (buddy), so the sender refutes in turn;
+ * each step raises an incarnation, so the exchange ends. This is what
+ * heals a partition quickly: one poke across the old line (sync_tick)
+ * revives both ends, and gossip carries the news on each side. */
+static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    struct swim *sw = SW(mb);
+    struct mb_member *from = mb_find(mb, msg->from);
+    int dead = from && from->state == MB_DEAD;
+    if (!sw->refuted && !dead) return;
+    sw->refuted = 0;
+    sw->lead_self = 1;
+    send_gossip_to(mb, msg->from_addr, from);
+    sw->lead_self = 0;
+}
+
 static enum mb_msg msg_type(const Kvtier__SwimMsg *msg)
 {
     switch (msg->body_case) {
@@ -839,6 +880,7 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
         return;
     }
     mb_count_rx(mb, msg_type(msg), len);
+    SW(mb)->refuted = 0;
     for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
     switch (msg->body_case) {
     case KVTIER__SWIM_MSG__BODY_PING: on_ping(mb, msg); break;
@@ -848,6 +890,7 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
     case KVTIER__SWIM_MSG__BODY_SYNC: on_sync(mb, msg); break;
     default: break;
     }
+    answer_doubt(mb, msg);
     kvtier__swim_msg__free_unpacked(msg, NULL);
 }
 
@@ -913,6 +956,21 @@ static struct mb_member *random_in(struct mb *mb, enum mb_state st)
     return NULL;
 }
 
+/* One of the dead members, uniformly (a scan: when few of many are dead,
+ * random tries miss them and the last ones of a healed partition waited
+ * minutes for their turn). */
+static struct mb_member *random_dead(struct mb *mb)
+{
+    uint64_t ndead = mb_stats(mb)->members[MB_DEAD];
+    if (!ndead) return NULL; /* the usual case: no scan */
+    uint64_t k = mb_rand(mb) % ndead;
+    for (size_t i = 0; i < mb_count(mb); i++) {
+        struct mb_member *m = mb_at(mb, i);
+        if (m->state == MB_DEAD && k-- == 0) return m;
+    }
+    return NULL;
+}
+
 static void sync_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
@@ -922,10 +980,15 @@ static void sync_tick(struct mb *mb, uint64_t now)
         struct mb_member *m = random_in(mb, MB_ALIVE);
         if (m) send_sync(mb, m->addr, 1, 0);
     }
-    if (now >= sw->next_reconnect) { /* how a partition heals */
+    if (now >= sw->next_reconnect) { /* how a partition heals: tables */
         sw->next_reconnect = now + 10ull * c->probe_ms;
-        struct mb_member *m = random_in(mb, MB_DEAD);
+        struct mb_member *m = random_dead(mb);
         if (m) send_sync(mb, m->addr, 1, 0);
+    }
+    if (now >= sw->next_poke) { /* ... and a poke: "you are dead here" */
+        sw->next_poke = now + c->probe_ms;
+        struct mb_member *m = random_dead(mb);
+        if (m) send_gossip(mb, m);
     }
     if (sw->nseeds && !sw->synced && now >= sw->next_join) {
         sw->next_join = now + 2ull * c->probe_ms;
@@ -984,6 +1047,7 @@ static uint64_t sw_next_tick(struct mb *mb)
     if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
     LOWER(sw->next_sync);
     LOWER(sw->next_reconnect);
+    LOWER(sw->next_poke);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
         if (sw->rel[i].used) LOWER(sw->rel[i].nacked ? sw->rel[i].deadline_ms : sw->rel[i].nack_ms);
@@ -1009,6 +1073,7 @@ static int sw_open(struct mb *mb)
     sw->next_gossip = now + c->gossip_ms % 100000;
     sw->next_sync = now + c->sync_ms / 2 + mb_rand(mb) % (c->sync_ms / 2 + 1);
     sw->next_reconnect = now + 10ull * c->probe_ms;
+    sw->next_poke = now + mb_rand(mb) % c->probe_ms;
     sw->next_reap = now + 1000;
     return 0;
 }
