@@ -513,6 +513,39 @@ static void test_nack_in_time(void **state)
     mb_destroy(mb);
 }
 
+/* A suspicion heard from another member makes this node probe the
+ * suspect next (always in a cluster of at most 2k members, with
+ * probability 2k/n in a larger one): its failed probe confirms the
+ * suspicion, its successful one tells the suspect, which refutes. */
+static void test_suspect_checked_soon(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    Kvtier__SwimMember cl[5], *cp[5];
+    char addr[5][32];
+    for (uint32_t i = 0; i < 5; i++) {
+        snprintf(addr[i], sizeof addr[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, 5, 0, 0);
+    c.now += mb_cfg(mb)->probe_ms; /* the first round begins */
+    mb_tick(mb, c.now);
+    ack_pings(mb, &c);
+    for (uint32_t sus = 2; sus <= 6; sus++) {
+        uint32_t teller = sus == 2 ? 3 : 2;
+        claim(&cl[0], sus, MB_SUSPECT, 3, teller, addr[sus - 2]);
+        feed(mb, teller, cp, 1, 0, c.now);
+        assert_int_equal(mb_find(mb, sus)->state, MB_SUSPECT);
+        cap_clear(&c);
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        assert_int_equal(ack_pings(mb, &c), sus);
+    }
+    mb_destroy(mb);
+}
+
 /* Messages captured in c to `to` (an address), and whether one of them
  * carried claim (id, state) -- at incarnation >= inc. */
 static int sent_claim(struct cap *c, const char *to, uint32_t id, int state, uint64_t inc)
@@ -580,6 +613,13 @@ static void test_dead_member_poked_and_answered(void **state)
     feed(mb, 9, cp, 1, 0, c.now);
     assert_int_equal(mb_self(mb)->inc, 101);
     assert_true(sent_claim(&c, "sim://9", 1, MB_ALIVE, 101));
+    cap_clear(&c);
+    /* Told an old suspicion of itself (below its incarnation): it restates
+     * its claim to the teller at once. */
+    claim(&cl[0], 1, MB_SUSPECT, 100, 11, addr[9]);
+    feed(mb, 11, cp, 1, 0, c.now);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    assert_true(sent_claim(&c, "sim://11", 1, MB_ALIVE, 101));
     cap_clear(&c);
     /* Its refutation revives it here, and the exchange ends. */
     claim(&cl[0], 200, MB_ALIVE, 4, 200, addr[198]);
@@ -755,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_new_member_joins_round),
         cmocka_unit_test(test_nack_in_time),
         cmocka_unit_test(test_dead_member_poked_and_answered),
+        cmocka_unit_test(test_suspect_checked_soon),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),

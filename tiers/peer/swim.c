@@ -3,9 +3,11 @@
  *
  * Design. Each protocol period this node probes ONE member, taken from a
  * shuffled round-robin of the live ones (every member is probed within
- * two rounds, yet the choice is unpredictable): a Ping, and if no Ack
+ * two rounds, yet the choice is unpredictable; a member learned during a
+ * round joins it at a random place ahead): a Ping, and if no Ack
  * comes within the probe timeout, PingReqs to k other members, who ping
- * the target for us and relay its Ack -- or a Nack when it stays silent.
+ * the target for us and relay its Ack -- or a Nack when it stays silent
+ * (sent while the prober's period is still open).
  * No Ack by the end of the period makes the target SUSPECT; a suspicion
  * not refuted within its timeout makes it DEAD. Load per node is one probe
  * per period whatever the cluster size.
@@ -32,15 +34,19 @@
  * itself missed is dropped, never turned into a suspicion. (2) Suspicion
  * timeouts start at suspicion_max_mult times the minimum and shrink
  * logarithmically towards the minimum as independent confirmations (other
- * members' suspect claims) arrive. (3) Replies are judged by their RECEIVE
- * time (mb_receive's rx_ms), so a backlog on this node is not a silence of
- * the peer.
+ * members' suspect claims) arrive; a member that hears of a suspicion
+ * probes the suspect next with probability 2k/n, so confirmations (or
+ * the refutation) come within a period or two. (3) Replies are judged by
+ * their RECEIVE time (mb_receive's rx_ms), so a backlog on this node is
+ * not a silence of the peer.
  *
  * Push-pull: every sync_ms (scaled up beyond 32 members) the whole table is
  * exchanged with one random live member; a dead claim received this way
  * only makes the member suspect, so a healed partition converges by
- * refutation instead of mutual killing. A random dead member is also sent
- * a sync now and then: that is how partitions heal. Join = a sync to the
+ * refutation instead of mutual killing. Every period one member held dead
+ * is poked with its death; a member doubted (it refutes or restates its
+ * claim) answers the sender at once, and one heard from while held dead
+ * is told so at once: that is how partitions heal in seconds. Join = a sync to the
  * seeds, repeated until some table arrives (gossip alone is not enough: a
  * restarted node is pinged by members that knew its previous life).
  * Leave = a left claim gossiped to several members at once. Dead and left
@@ -105,14 +111,16 @@ struct swim {
     size_t nsusp, suspcap;
     char **seeds;
     size_t nseeds;
-    uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
+    uint64_t next_probe, next_gossip, next_sync, next_reap, next_join;
     uint64_t next_poke;
     uint32_t health;
     int synced;                       /* a table arrived: joined */
-    int refuted;                      /* the message being handled made
-                                         this node refute */
+    int doubted;                      /* the message being handled
+                                         doubted this node: it refuted or
+                                         restated its claim */
     int lead_self;                    /* send_msg: this node's own claim
                                          first, if queued */
+    int bare;                         /* send_msg: no queued gossip */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -335,7 +343,7 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     }
     /* Least-sent first, level by level: no sort (the queue holds one
      * claim per changed member, thousands while a fleet starts). */
-    for (uint32_t lvl = 0; lvl < lim && room > 8; lvl++)
+    for (uint32_t lvl = 0; lvl < lim && room > 8 && !sw->bare; lvl++)
         for (size_t i = 0; i < sw->nq && room > 8; i++) {
             struct claim *c = &sw->q[i];
             if (c->tx != lvl || c->mark == mark || c->size > room ||
@@ -457,6 +465,19 @@ static void send_sync(struct mb *mb, const char *addr, int reply, int join)
 /* ------------------------------------------------------------- merging */
 
 static void order_add(struct mb *mb, uint32_t id);
+static void order_next(struct mb *mb, uint32_t id);
+
+/* A suspicion first heard from another member: with probability
+ * 2k/n probe the suspect next, so that about 2k members besides the
+ * round-robin's one a period check it within a period or two. Their
+ * failed probes are the independent confirmations that bring the
+ * timeout down to its minimum; their successful ones carry the suspicion
+ * to the suspect (buddy), which refutes. */
+static void check_soon(struct mb *mb, const struct mb_member *m)
+{
+    uint64_t k = 2ull * mb_cfg(mb)->indirect_k, n = n_cluster(mb);
+    if (n <= k || mb_rand(mb) % n < k) order_next(mb, m->id);
+}
 
 static void refute(struct mb *mb, uint64_t claimed_inc)
 {
@@ -465,7 +486,7 @@ static void refute(struct mb *mb, uint64_t claimed_inc)
     mb_stats_mut(mb)->refutations++;
     health_add(mb, 1);
     enqueue_member(mb, self, self->id);
-    SW(mb)->refuted = 1;
+    SW(mb)->doubted = 1;
 }
 
 /* Someone still holds an older suspicion or death of this node: queue
@@ -474,6 +495,7 @@ static void reassert(struct mb *mb)
 {
     struct swim *sw = SW(mb);
     struct mb_member *self = mb_self(mb);
+    sw->doubted = 1;
     for (size_t i = 0; i < sw->nq; i++)
         if (sw->q[i].id == self->id && sw->q[i].inc == self->inc && sw->q[i].tx == 0) return;
     enqueue_member(mb, self, self->id);
@@ -512,6 +534,7 @@ static void merge_suspect(struct mb *mb, struct mb_member *m, const Kvtier__Swim
     if (m->state == MB_SUSPECT) set_state(mb, m, MB_ALIVE, m->inc, 0); /* restart it */
     set_state(mb, m, MB_SUSPECT, c->incarnation, c->from);
     enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
+    check_soon(mb, m);
 }
 
 /* Someone else's death claim: the end of a suspicion here, never a
@@ -643,7 +666,7 @@ static void reshuffle(struct mb *mb)
  * the next reshuffle, it would go unprobed here for up to a whole round
  * (n periods), and a member few nodes probe gathers few confirmations
  * when it crashes -- its suspicion then runs to the longest timeout. */
-static void order_add(struct mb *mb, uint32_t id)
+static void order_put(struct mb *mb, uint32_t id, int next)
 {
     struct swim *sw = SW(mb);
     if (!sw->norder) return; /* no round yet: the first one takes everyone */
@@ -651,10 +674,16 @@ static void order_add(struct mb *mb, uint32_t id)
         sw->ordcap *= 2;
         sw->order = xalloc(sw->order, sw->ordcap * sizeof *sw->order);
     }
-    size_t end = sw->norder++, j = sw->pos + mb_rand(mb) % (end - sw->pos + 1);
+    size_t end = sw->norder++;
+    size_t j = next ? sw->pos : sw->pos + mb_rand(mb) % (end - sw->pos + 1);
     if (j < end) sw->order[end] = sw->order[j];
     sw->order[j] = id;
 }
+
+static void order_add(struct mb *mb, uint32_t id) { order_put(mb, id, 0); }
+
+/* Probe id next (it may come up again later in the round). */
+static void order_next(struct mb *mb, uint32_t id) { order_put(mb, id, 1); }
 
 static struct mb_member *next_target(struct mb *mb)
 {
@@ -824,8 +853,9 @@ static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
     if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
 }
 
-/* The sender doubted this node (it refuted), or this node holds the
- * sender dead although it just spoke: tell it at once instead of waiting
+/* The sender doubted this node (it refuted, or restated its claim), or
+ * this node holds the sender dead although it just spoke: tell it at once
+ * instead of waiting
  * for gossip, which neither side would route to a member it holds dead.
  * One message carrying this node's own claim first (its refutation) and
  * the sender's death as held here (buddy), so the sender refutes in turn;
@@ -837,8 +867,8 @@ static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
     struct swim *sw = SW(mb);
     struct mb_member *from = mb_find(mb, msg->from);
     int dead = from && from->state == MB_DEAD;
-    if (!sw->refuted && !dead) return;
-    sw->refuted = 0;
+    if (!sw->doubted && !dead) return;
+    sw->doubted = 0;
     sw->lead_self = 1;
     send_gossip_to(mb, msg->from_addr, from);
     sw->lead_self = 0;
@@ -880,7 +910,7 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
         return;
     }
     mb_count_rx(mb, msg_type(msg), len);
-    SW(mb)->refuted = 0;
+    SW(mb)->doubted = 0;
     for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
     switch (msg->body_case) {
     case KVTIER__SWIM_MSG__BODY_PING: on_ping(mb, msg); break;
@@ -980,15 +1010,13 @@ static void sync_tick(struct mb *mb, uint64_t now)
         struct mb_member *m = random_in(mb, MB_ALIVE);
         if (m) send_sync(mb, m->addr, 1, 0);
     }
-    if (now >= sw->next_reconnect) { /* how a partition heals: tables */
-        sw->next_reconnect = now + 10ull * c->probe_ms;
-        struct mb_member *m = random_dead(mb);
-        if (m) send_sync(mb, m->addr, 1, 0);
-    }
     if (now >= sw->next_poke) { /* ... and a poke: "you are dead here" */
         sw->next_poke = now + c->probe_ms;
         struct mb_member *m = random_dead(mb);
+        sw->bare = 1; /* its death only: queued gossip to a member that
+                         is most likely dead would be retransmits lost */
         if (m) send_gossip(mb, m);
+        sw->bare = 0;
     }
     if (sw->nseeds && !sw->synced && now >= sw->next_join) {
         sw->next_join = now + 2ull * c->probe_ms;
@@ -1046,7 +1074,6 @@ static uint64_t sw_next_tick(struct mb *mb)
     if (sw->pr.active) LOWER(sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms);
     if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
     LOWER(sw->next_sync);
-    LOWER(sw->next_reconnect);
     LOWER(sw->next_poke);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
@@ -1072,7 +1099,6 @@ static int sw_open(struct mb *mb)
     sw->next_probe = now + mb_rand(mb) % c->probe_ms;
     sw->next_gossip = now + c->gossip_ms % 100000;
     sw->next_sync = now + c->sync_ms / 2 + mb_rand(mb) % (c->sync_ms / 2 + 1);
-    sw->next_reconnect = now + 10ull * c->probe_ms;
     sw->next_poke = now + mb_rand(mb) % c->probe_ms;
     sw->next_reap = now + 1000;
     return 0;
