@@ -46,9 +46,10 @@
  * refutation instead of mutual killing. Every period one member held dead
  * is poked with its death; a member doubted (it refutes or restates its
  * claim) answers the sender at once, and one heard from while held dead
- * is told so at once: that is how partitions heal in seconds. Join = a sync to the
- * seeds, repeated until some table arrives (gossip alone is not enough: a
- * restarted node is pinged by members that knew its previous life).
+ * is told so at once: that is how partitions heal in seconds. Join = a
+ * sync to the seeds, repeated until some table arrives (gossip alone is
+ * not enough: a restarted node is pinged by members that knew its
+ * previous life).
  * Leave = a left claim gossiped to several members at once. Dead and left
  * members are reaped after reap_ms.
  *
@@ -855,8 +856,8 @@ static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
 
 /* The sender doubted this node (it refuted, or restated its claim), or
  * this node holds the sender dead although it just spoke: tell it at once
- * instead of waiting
- * for gossip, which neither side would route to a member it holds dead.
+ * instead of waiting for gossip, which neither side would route to a
+ * member it holds dead.
  * One message carrying this node's own claim first (its refutation) and
  * the sender's death as held here (buddy), so the sender refutes in turn;
  * each step raises an incarnation, so the exchange ends. This is what
@@ -1077,7 +1078,8 @@ static uint64_t sw_next_tick(struct mb *mb)
     LOWER(sw->next_poke);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
-        if (sw->rel[i].used) LOWER(sw->rel[i].nacked ? sw->rel[i].deadline_ms : sw->rel[i].nack_ms);
+        if (sw->rel[i].used)
+            LOWER(sw->rel[i].nacked ? sw->rel[i].deadline_ms : sw->rel[i].nack_ms);
     for (size_t i = 0; i < sw->nsusp; i++) {
         struct mb_member *m = mb_find(mb, sw->susp[i]);
         if (m && m->be) LOWER(((struct susp *)m->be)->deadline_ms);
