@@ -21,9 +21,10 @@
 
 /* Close the n sockets of s (copied; s may be freed after the call),
  * waiting at most ms. hang != 0 makes the helper block before closing (a
- * test hook standing in for the deadlock). 0 when every socket closed,
- * -1 when the bound passed (the sockets are abandoned to process exit) or
- * the helper could not start (then they were closed here, unbounded). */
+ * test hook standing in for the deadlock). 0 when every socket closed
+ * (also when the helper could not start: then they were closed here,
+ * unbounded), -1 when the bound passed (the sockets are abandoned to
+ * process exit). */
 int nngc_close_bounded(const nng_socket *s, size_t n, unsigned ms, int hang);
 
 #endif

@@ -230,6 +230,10 @@ static const struct cfg_key keys[] = {
      "count", 0, "connections to members in use at most: each is dialled when "
      "something is first sent there; past this many the least recently used "
      "is closed (after a second to drain) and dialled again when needed"},
+    {"cluster", "max_peer_eps", CFG_U64, F(cluster_max_peer_eps), "256", 1, 1048576,
+     "count", 0, "UCX endpoints to members open at most: each is made when a GET "
+     "first fetches from that member; past this many the least recently used "
+     "one with no fetch in flight is closed and made again when needed"},
     {"cluster", "replicas", CFG_U64, F(cluster_replicas), "2", 1, 8, "count", 0,
      "owners of each global index entry (rendezvous hashing over the live "
      "members)"},

@@ -118,6 +118,7 @@ struct kvt_config {
     uint64_t cluster_reap_ms;          /* dead/left members forgotten after */
     uint64_t cluster_rx_queue_max;     /* messages waiting for the core, at most */
     uint64_t cluster_max_conns;        /* push sockets to members in use, at most */
+    uint64_t cluster_max_peer_eps;     /* UCX endpoints to members open, at most */
     /* [events] (events.c); off while endpoint is empty */
     char events_endpoint[CFG_STR_MAX];        /* ZMQ PUB url */
     char events_replay_endpoint[CFG_STR_MAX]; /* ZMQ ROUTER url; "" = none */

@@ -12,7 +12,7 @@
  * flips a byte of a chunk a peer is about to pull; peer_lie: and reports
  * the checksum of what it flipped; nng_close_hang and shutdown_hang: a
  * stop that never finishes by itself; conn_close_hang: a member's socket
- * that never closes).
+ * that never closes; peer_ep: a UCX endpoint that cannot be made).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -47,6 +47,8 @@ enum fault_point {
     FAULT_CONN_CLOSE_HANG, /* closing a member's push socket on the core
                             * thread (evicted or superseded) never returns:
                             * the close must stay bounded */
+    FAULT_PEER_EP,      /* making a UCX endpoint for a fetch fails (pget.c):
+                         * the member's identity is asked for again */
     FAULT_COUNT
 };
 

@@ -239,6 +239,7 @@ void tierhost_conf(struct kvtierd *d)
     k->cluster_reap_ms = c->cluster_reap_ms;
     k->cluster_rx_queue_max = c->cluster_rx_queue_max;
     k->cluster_max_conns = c->cluster_max_conns;
+    k->cluster_max_peer_eps = c->cluster_max_peer_eps;
     k->lease_timeout_ms = c->lease_timeout_ms;
     k->max_chunk_bytes = c->max_chunk_bytes;
     k->max_keys = c->max_keys;

@@ -82,6 +82,17 @@ if [ -z "$only" ] && [ -z "${SKIP_SHUTDOWN_BENCH:-}" ]; then
   echo
 fi
 
+# Open files and memory per idle daemon of a 20-node cluster
+# (bench/bench_conns.sh).
+if [ -z "$only" ] && [ -z "${SKIP_CONNS_BENCH:-}" ]; then
+  echo "== bench_conns"
+  ran=$((ran + 1))
+  if bench/bench_conns.sh 20 20 "$build/bin/kvtierd"; then
+    echo "-- bench_conns: done"
+  else echo "-- bench_conns: FAILED"; failed+=(bench_conns); fi
+  echo
+fi
+
 # The membership simulator (tests/sim/swimsim): the real swim.c on 10, 100
 # and 1000 simulated nodes under every injection of the scenario table.
 if [ -z "$only" ] && [ -x "$build/tests/sim/swimsim" ]; then

@@ -131,7 +131,7 @@ static void test_cap_per_client(void **state)
     assert_int_equal(answer(&again), KVT_OK);
     kill(T.d[1].pid, SIGCONT);
     kvt_close(b);
-    nng_close(s);
+    tc_close(s);
     assert_true(td_alive(&T.d[0]));
 }
 

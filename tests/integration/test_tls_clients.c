@@ -210,7 +210,7 @@ static int no_cert_refused(const char *url)
         refused = nng_recvmsg(s, &m, 0) != 0;
         if (!refused) nng_msg_free(m);
     }
-    nng_close(s);
+    tc_close(s);
     return refused;
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "nngclose.h"
 #include "tlsconf.h"
 
 #include <nng/protocol/pipeline0/push.h>
@@ -247,6 +248,12 @@ int td_alive(const struct tdaemon *d)
     return d->pid > 0 && waitpid(d->pid, NULL, WNOHANG) == 0;
 }
 
+void tc_close(nng_socket s)
+{
+    if (nngc_close_bounded(&s, 1, 3000, 0) != 0)
+        fprintf(stderr, "tc_close: libnng did not close a socket within 3 s; left to exit\n");
+}
+
 /* ---------------------------------------------------------------- clusters */
 
 void tc_init(struct tcluster *c, int n)
@@ -467,22 +474,37 @@ kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size)
     return e;
 }
 
-int tc_found(kvt_client *c, const char *ns, uint64_t seed)
+int tc_lookup(kvt_client *c, const char *ns, uint64_t first, uint32_t n, int local_only,
+              int *tiers)
 {
-    kvt_key k = td_key(seed);
-    ProtobufCBinaryData kb = {KVT_KEY_LEN, k.b};
+    ProtobufCBinaryData kb[TC_LOOKUP_MAX];
+    kvt_key keys[TC_LOOKUP_MAX];
+    if (n == 0 || n > TC_LOOKUP_MAX) return -1;
+    for (uint32_t j = 0; j < n; j++) {
+        keys[j] = td_key(first + j);
+        kb[j] = (ProtobufCBinaryData){KVT_KEY_LEN, keys[j].b};
+    }
     Kvtier__Lookup l = KVTIER__LOOKUP__INIT;
-    l.ns = (char *)ns, l.keys = &kb, l.n_keys = 1;
+    l.ns = (char *)ns, l.keys = kb, l.n_keys = n, l.local_only = local_only;
     Kvtier__Request q = KVTIER__REQUEST__INIT;
     q.body_case = KVTIER__REQUEST__BODY_LOOKUP;
     q.lookup = &l;
     Kvtier__Response *r = NULL;
     if (kvtc_call(c, &q, &r) != KVT_OK) return -1;
-    int f = r->lookup && r->lookup->n_tiers > 0
-                ? r->lookup->tiers[0] != KVTIER__TIER__TIER_NONE
-                : -1;
+    int got = -1;
+    if (r->err == 0 && r->lookup && r->lookup->n_tiers == n) {
+        got = (int)r->lookup->n_present;
+        for (uint32_t j = 0; tiers && j < n; j++) tiers[j] = r->lookup->tiers[j];
+    }
     kvtier__response__free_unpacked(r, NULL);
-    return f;
+    return got;
+}
+
+int tc_found(kvt_client *c, const char *ns, uint64_t seed)
+{
+    int t;
+    if (tc_lookup(c, ns, seed, 1, 0, &t) < 0) return -1;
+    return t != KVTIER__TIER__TIER_NONE;
 }
 
 int tc_wait_found(kvt_client *c, const char *ns, uint64_t seed, int ms)

@@ -138,6 +138,10 @@ int tc_tls_args(const char **argv, const char *name);
  * of tc_certs() (NULL: none, only the CA) and the test CA (foreign: the
  * other CA). Blocks until connected; the nng result. */
 int tc_dial(nng_socket *s, const char *url, const char *name, int foreign);
+/* Close a socket a test dialled to a daemon, waiting at most 3 s: libnng
+ * 1.5 can deadlock in nng_close while its dialer races the peer's exit
+ * (nngclose.h); the test then goes on and the socket is left to exit. */
+void tc_close(nng_socket s);
 
 /* Ask c for the cluster's view (PEERS): the call's result; on KVT_OK *r
  * holds the answer (free it with kvtier__response__free_unpacked). */
@@ -156,6 +160,12 @@ int tc_get_checked(kvt_client *c, const char *ns, uint64_t seed, size_t size,
 /* PUT on c, in ns, the key of `seed` with one chunk of size bytes made
  * by td_fill(seed): the call's result. */
 kvt_err tc_put(kvt_client *c, const char *ns, uint64_t seed, size_t size);
+/* LOOKUP on c, in ns, of the keys of seeds first..first+n-1 (n at most
+ * TC_LOOKUP_MAX), local_only as the request's flag: how many are present,
+ * each key's tier in tiers[] when not NULL; -1 the call failed. */
+#define TC_LOOKUP_MAX 64
+int tc_lookup(kvt_client *c, const char *ns, uint64_t first, uint32_t n, int local_only,
+              int *tiers);
 /* LOOKUP on c of the key of `seed` in ns: 1 found (any tier), 0 not, -1
  * the call failed. */
 int tc_found(kvt_client *c, const char *ns, uint64_t seed);

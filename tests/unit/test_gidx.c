@@ -22,6 +22,8 @@
  * owner told every key it owns (the pass never restarts from slot 0 and
  * visits every slot after the last change); a leaving node hands the
  * entries it owns to the members that take its place, naming the holders.
+ * Batches are freed once sent, and one waiting for an owner that goes
+ * away is freed unsent.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -616,6 +618,35 @@ static void test_join_moves_only_what_changed(void **state)
     assert_int_equal(stats().moved - moved0, want);
 }
 
+/* Batches follow the owners in use (issue 12): none is left once sent;
+ * one waiting for an owner that stops being live is freed unsent, and the
+ * others still go on the next tick. */
+static void test_batches_follow_owners(void **state)
+{
+    (void)state;
+    run_pass();
+    drain_all(NULL);
+    assert_int_equal(stats().batches, 0); /* sent and freed */
+    uint32_t v[WM + 1], nv = view_ids(v), o[OW_MAX_REPLICAS], to5 = 0;
+    for (uint32_t i = 0; i < NSlots && to5 < 8; i++) {
+        uint32_t n = owners_of(&Keys[i], gx_ns_hash(NS), v, nv, 2, o);
+        if (!in_set(o, n, 5) || in_set(o, n, 1)) continue;
+        cluster_held(D, idx_find(&X, 0, &Keys[i]), 1); /* a put: urgent */
+        to5++;
+    }
+    assert_int_equal(to5, 8);
+    uint32_t waiting = stats().batches;
+    assert_true(waiting >= 2); /* member 5's and the other owners' */
+    cl_find(D->cl, 5)->state = KVTIER__PEER_STATE__PEER_DEAD;
+    gx_membership(D, 5, 0);
+    assert_int_equal(stats().batches, waiting - 1); /* 5's, freed at once */
+    advance(10);
+    gx_tick(D); /* the urgent ones go; the pass is not due yet */
+    assert_int_equal(stats().batches, 0);
+    assert_int_equal(drain(5), 0);
+    assert_true(drain_all(NULL) >= 8);
+}
+
 static int setup_rolling(void **state)
 {
     (void)state;
@@ -941,6 +972,8 @@ int main(void)
     };
     const struct CMUnitTest wired[] = {
         cmocka_unit_test_setup_teardown(test_join_moves_only_what_changed, setup_join,
+                                        teardown_wired),
+        cmocka_unit_test_setup_teardown(test_batches_follow_owners, setup_join,
                                         teardown_wired),
         cmocka_unit_test_setup_teardown(test_rolling_restart_leaves_no_slot_unvisited,
                                         setup_rolling, teardown_wired),

@@ -21,7 +21,7 @@
  * it records the behaviour, it does not pass regardless. What kvtier
  * itself enforces -- the rkey goes only to members that proved their
  * certificate's node id -- is tested with real daemons in
- * test_cluster_tls (outsiders never get "UCX endpoint ready").
+ * test_cluster_tls (outsiders never get "UCX identity received").
  */
 #include <setjmp.h>
 #include <stdarg.h>

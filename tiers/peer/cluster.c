@@ -27,8 +27,9 @@
  * per node is the backend's (SWIM: one probe per period).
  *
  * The pairwise hello: Join until the pair has proven its ids to each
- * other (below), then Heartbeats only until the peer holds a UCX endpoint
- * to us. Both carry the sender's identity (node id, control url,
+ * other (below), then Heartbeats only until the peer holds our UCX
+ * identity (the endpoint to a member is made on the first fetch from it
+ * and capped, pget.c). Both carry the sender's identity (node id, control url,
  * incarnation = its start time); a Join is accepted from anyone with a
  * well-formed identity (a Join is how a node enters). Any other message
  * from a sender not in the table (id and url both) is refused with a log
@@ -232,6 +233,7 @@ void cl_member_drop(struct cluster *c, struct member *m)
     unlink_member(c, m);
     c->m[m->slot] = c->m[--c->n];
     c->m[m->slot]->slot = m->slot;
+    free(m->ucx_id);
     free(m);
 }
 
@@ -239,6 +241,7 @@ void cl_members_free(struct cluster *c)
 {
     for (uint32_t i = 0; i < c->n; i++) {
         if (c->m[i]->open) nng_close(c->m[i]->push); /* none after close_sockets */
+        free(c->m[i]->ucx_id);
         free(c->m[i]);
     }
     free(c->m);
@@ -321,27 +324,39 @@ static int dial_tls(struct cl_ctx *d, struct member *m, nng_dialer dl)
 
 /* ------------------------------------------------------- connections */
 
-static void ml_unlink(struct mlist *l, struct member *m)
+void cl_ml_unlink(struct mlist *l, int k, struct member *m)
 {
-    if (m->l_prev) m->l_prev->l_next = m->l_next;
-    else l->head = m->l_next;
-    if (m->l_next) m->l_next->l_prev = m->l_prev;
-    else l->tail = m->l_prev;
-    m->l_prev = m->l_next = NULL;
+    struct mlink *e = &m->lk[k];
+    if (e->prev) e->prev->lk[k].next = e->next;
+    else l->head = e->next;
+    if (e->next) e->next->lk[k].prev = e->prev;
+    else l->tail = e->prev;
+    e->prev = e->next = NULL;
     l->n--;
 }
 
-static void ml_push(struct mlist *l, struct member *m, int at_head)
+void cl_ml_push(struct mlist *l, int k, struct member *m, int at_head)
 {
-    m->l_prev = at_head ? NULL : l->tail;
-    m->l_next = at_head ? l->head : NULL;
-    if (at_head && l->head) l->head->l_prev = m;
-    if (!at_head && l->tail) l->tail->l_next = m;
+    struct mlink *e = &m->lk[k];
+    e->prev = at_head ? NULL : l->tail;
+    e->next = at_head ? l->head : NULL;
+    if (at_head && l->head) l->head->lk[k].prev = m;
+    if (!at_head && l->tail) l->tail->lk[k].next = m;
     if (at_head) l->head = m;
     else l->tail = m;
     if (!l->head) l->head = m;
     if (!l->tail) l->tail = m;
     l->n++;
+}
+
+static void ml_unlink(struct mlist *l, struct member *m)
+{
+    cl_ml_unlink(l, CL_LK_PUSH, m);
+}
+
+static void ml_push(struct mlist *l, struct member *m, int at_head)
+{
+    cl_ml_push(l, CL_LK_PUSH, m, at_head);
 }
 
 /* Take m off the list its socket is on (if any). */
@@ -473,12 +488,13 @@ static const char *state_name(int s)
 
 /* ------------------------------------------------------------- sending */
 
-/* Joins and heartbeats carry our UCX identity until m has an endpoint. */
+/* Joins and heartbeats carry our UCX identity until m says it has it
+ * (every message says whether we have its). */
 static void attach_ucx(struct cluster *c, struct member *m, Kvtier__PeerMsg *pm)
 {
     const void *a, *r;
     size_t al, rl;
-    pm->have_ucx = peer_conn_ok(m->conn);
+    pm->have_ucx = m->ucx_id != NULL;
     if (!c->pt || m->ucx_acked || (c->tls && !m->proven) || (pm->body_case != KVTIER__PEER_MSG__BODY_JOIN &&
                                    pm->body_case != KVTIER__PEER_MSG__BODY_HEARTBEAT))
         return;
@@ -779,21 +795,12 @@ static void on_unproven(struct cl_ctx *d, struct member *m, const Kvtier__PeerMs
     send_join(d, m);
 }
 
-/* m's UCX identity: connect once (again after the endpoint failed). */
+/* m's UCX identity is kept; the endpoint is made on the first fetch
+ * from m (pget.c). */
 static void learn_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
 {
-    char err[256];
-    struct cluster *c = d->cl;
     m->ucx_acked = pm->have_ucx;
-    if (!c->pt || !pm->ucx_addr.len || !pm->ucx_rkey.len || peer_conn_ok(m->conn)) return;
-    if (m->conn) pg_member_down(d, m);
-    if (peer_connect(c->pt, pm->ucx_addr.data, pm->ucx_addr.len, pm->ucx_rkey.data,
-                     pm->ucx_rkey.len, pm->pool_base, &m->conn, err, sizeof err) != 0) {
-        if (!m->ucx_warned++)
-            log_warn("peer", "node %u: no UCX endpoint (GETs will not fetch from it): %s",
-                     (unsigned)m->id, err);
-    } else
-        log_info("peer", "node %u: UCX endpoint ready", (unsigned)m->id);
+    pg_member_ucx(d, m, pm);
 }
 
 /* A Join from a member we hold alive, same incarnation: it took us for
@@ -1012,7 +1019,7 @@ static void mb_drive(struct cl_ctx *d)
 /* The hello, repeated every cluster.heartbeat_ms until done: Joins to a
  * seed, to a node heard only through its Join, and to a member the backend
  * holds live, while the hello is not done; then Heartbeats until it holds
- * a UCX endpoint to us. Joins also go to members held dead until they are
+ * our UCX identity. Joins also go to members held dead until they are
  * reaped: a dead member may have restarted knowing nobody (no seeds), and
  * a Join is the one message it accepts from us. Nothing to members that
  * left. */
@@ -1474,5 +1481,13 @@ char *cluster_metrics(const struct cl_ctx *d)
     mt_one(&t, "kvtier_cluster_lru_closes_total", "counter",
            "Connections closed because cluster.max_conns were in use (least recently used).",
            c ? c->lru_closes : 0);
+    mt_one(&t, "kvtier_cluster_peer_endpoints", "gauge",
+           "UCX endpoints to members open (at most cluster.max_peer_eps once idle).",
+           c ? c->eps.n : 0);
+    mt_one(&t, "kvtier_cluster_peer_endpoints_opened_total", "counter",
+           "UCX endpoints made, each on a first fetch from a member.", c ? c->eps_opened : 0);
+    mt_one(&t, "kvtier_cluster_peer_endpoints_evicted_total", "counter",
+           "UCX endpoints closed because cluster.max_peer_eps were open (least recently "
+           "used, none with a fetch in flight).", c ? c->eps_evicted : 0);
     return t.p;
 }

@@ -41,6 +41,7 @@ struct cl_conf {
     uint64_t cluster_etcd_lease_s, cluster_probe_ms, cluster_probe_timeout_ms;
     uint64_t cluster_suspicion_mult, cluster_reap_ms, cluster_rx_queue_max;
     uint64_t cluster_max_conns; /* push sockets in use at most; 0: no cap */
+    uint64_t cluster_max_peer_eps; /* UCX endpoints open at most; 0: no cap */
     uint64_t lease_timeout_ms, max_chunk_bytes, max_keys, nvme_get_deadline_ms;
 };
 

@@ -34,8 +34,16 @@ struct member {
     uint64_t rtt_us, bytes_in, bytes_out;
     uint64_t echo_ns, echo_rx_ns; /* its last sent_ns, when we heard it */
     uint32_t joins;
-    struct peer_conn *conn;  /* UCX endpoint to it (pget.c), or NULL */
-    int ucx_acked;           /* it has an endpoint to us */
+    /* Its UCX identity, from its hello (learn_ucx): worker address then
+     * packed rkey in one malloc'd block, and its pool's base address;
+     * NULL until heard, dropped when it restarts or goes down. */
+    uint8_t *ucx_id;
+    size_t ucx_alen, ucx_rlen;
+    uint64_t ucx_base;
+    /* UCX endpoint to it, made on the first fetch from it (pget.c,
+     * pg_conn) and on cluster.eps while open, or NULL. */
+    struct peer_conn *conn;
+    int ucx_acked;           /* it has our UCX identity */
     int ucx_warned;          /* said once that no endpoint could be made */
     /* Identity over TLS (cluster.c, "Identity"): chal is our secret for
      * it, sent only over a dial that requires its node name (named);
@@ -51,14 +59,19 @@ struct member {
     int gone;                /* reaped: removed from the table at the next tick */
     uint32_t slot;           /* its index in cluster.m */
     /* push is open (open): on cluster.lru (in use) or cluster.linger
-     * (evicted, draining until linger_ms), per on_list */
+     * (evicted, draining until linger_ms), per on_list, through
+     * lk[CL_LK_PUSH]; conn is open: on cluster.eps through lk[CL_LK_EP]. */
     int on_list;             /* 0: neither, 1: lru, 2: linger */
     uint64_t linger_ms;
-    struct member *l_prev, *l_next;
+    struct mlink {
+        struct member *prev, *next;
+    } lk[2];
     struct member *id_next, *addr_next; /* cluster.c's hash chains */
 };
 
-/* A list of members with open push sockets (cluster.c). */
+/* A list of members with an open connection (cluster.c: push sockets;
+ * pget.c: UCX endpoints), linked through member.lk[k] for one k. */
+enum { CL_LK_PUSH = 0, CL_LK_EP = 1 };
 struct mlist {
     struct member *head, *tail;
     uint32_t n;
@@ -104,6 +117,11 @@ struct cluster {
      * back), then closes at a tick. */
     struct mlist lru, linger;  /* lru: most recent first; linger: oldest first */
     uint64_t lru_closes;       /* sockets evicted */
+    /* UCX endpoints (pget.c): made on a member's first fetch, most
+     * recently used first; past cluster.max_peer_eps the least recently
+     * used with no fetch in flight is closed. */
+    struct mlist eps;
+    uint64_t eps_opened, eps_evicted;
     uint32_t self_id;
     char self_addr[CL_ADDR_MAX];
     uint64_t inc, epoch, rejected, last_hb_ms, last_reject_log_ms;
@@ -123,6 +141,10 @@ static inline uint64_t cl_clock(const struct cl_ctx *d)
 
 /* cluster.c */
 struct member *cl_find(struct cluster *c, uint32_t id);
+/* Take m off l / put it on l (at the head or the tail), linked through
+ * m->lk[k]. */
+void cl_ml_unlink(struct mlist *l, int k, struct member *m);
+void cl_ml_push(struct mlist *l, int k, struct member *m, int at_head);
 /* A new member of the table, zeroed but for id and addr (not dialled):
  * the table owns it; it stays at this address until cl_member_drop. */
 struct member *cl_member_new(struct cluster *c, uint32_t id, const char *addr);
@@ -217,6 +239,12 @@ void pg_free(struct cl_ctx *d);  /* after gx_close */
 void pg_tick(struct cl_ctx *d);
 void pg_poll(struct cl_ctx *d); /* the peer tier's fd: UCX, checksum results */
 void pg_member_down(struct cl_ctx *d, struct member *m);
+/* m's UCX identity (learn_ucx): kept for its first fetch; one that
+ * differs from what was kept closes the endpoint made from that. */
+void pg_member_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
+/* 1 if a fetch from m may be tried: this node has a peer tier, m's UCX
+ * identity is known and no endpoint to it has failed since. */
+int pg_reachable(const struct cl_ctx *d, const struct member *m);
 const char *pg_check(struct cl_ctx *d, const struct member *m, const Kvtier__PeerMsg *pm);
 void pg_on_pin(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);
 void pg_on_pinned(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);

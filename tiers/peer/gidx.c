@@ -5,7 +5,9 @@
  * R members with the highest rendezvous score among the live members and
  * this node (owners.c); R is cluster.replicas. A node that commits or
  * drops a chunk tells its owners. Updates wait in one batch per owner,
- * made when the first update for that owner comes and freed when sent:
+ * made when the first update for that owner comes and freed when sent,
+ * or dropped unsent when that owner stops being live (memory follows the
+ * owners in use, not N; at most GX_MAX_BATCHES x 32 KiB):
  * a batch with a put or a drop in it goes on the next tick, one filled
  * only by a membership pass goes when full (GX_BATCH), when older than
  * GX_BATCH_AGE_MS, or when the pass ends, so batches are full at any
@@ -490,6 +492,20 @@ static void flush_due(struct cl_ctx *d, int all)
         }
 }
 
+/* owner went away: what waits for it is dropped, not sent (a send would
+ * dial a member that is gone; the pass tells the owners that take its
+ * place). */
+static void drop_batch(struct gidx *g, uint32_t owner)
+{
+    for (struct gx_batch **pp = bt_head(g, owner), *b; (b = *pp); pp = &b->next) {
+        if (b->owner != owner) continue;
+        *pp = b->next;
+        g->n_batches--;
+        free(b);
+        return;
+    }
+}
+
 static struct gx_batch *batch_for(struct cl_ctx *d, uint32_t owner)
 {
     struct gidx *g = gx_of(d);
@@ -615,6 +631,7 @@ void gx_membership(struct cl_ctx *d, uint32_t id, int alive)
         g->olog[g->olog_n++] = (struct gx_change){id, alive ? OW_JOIN : OW_LEAVE};
     }
     log_change(d, id, alive ? OW_JOIN : OW_LEAVE);
+    if (!alive) drop_batch(g, id);
 }
 
 void gx_republish(struct cl_ctx *d, uint32_t id)

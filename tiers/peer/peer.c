@@ -24,8 +24,10 @@
  * once; it completes when every slice has, failed if any failed.
  * Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a peer that dies fails
  * the gets in flight instead of leaving them pending forever; a failed
- * endpoint is closed (forced) by peer_disconnect, which the cluster calls
- * when the member dies or rejoins with a new address.
+ * endpoint is closed (forced, bounded by EP_CLOSE_MS) by peer_disconnect,
+ * which the cluster calls when the member dies or rejoins with a new
+ * address, and when it evicts an idle endpoint past its cap (the
+ * cluster makes endpoints on a member's first fetch, pget.c).
  */
 #include "peer.h"
 
@@ -204,7 +206,7 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     struct peer_conn *c = arg;
     (void)ep;
-    (void)status;
+    if (!c->failed) log_info("peer", "an endpoint failed: %s", ucs_status_string(status));
     c->failed = 1;
 }
 
@@ -240,6 +242,11 @@ int peer_connect(struct peer_tier *t, const void *addr, size_t alen,
 int peer_conn_ok(const struct peer_conn *c)
 {
     return c && !c->failed;
+}
+
+int peer_conn_busy(const struct peer_conn *c)
+{
+    return c && c->fetches;
 }
 
 void peer_disconnect(struct peer_tier *t, struct peer_conn *c)

@@ -46,6 +46,8 @@ int peer_connect(struct peer_tier *t, const void *addr, size_t alen,
                  struct peer_conn **out, char *err, size_t errlen);
 /* 0 once UCX has reported the endpoint failed. */
 int peer_conn_ok(const struct peer_conn *c);
+/* 1 while a fetch on c is in flight (closing c would cancel it). */
+int peer_conn_busy(const struct peer_conn *c);
 /* Fail its fetches, close, free. Accepts NULL. */
 void peer_disconnect(struct peer_tier *t, struct peer_conn *c);
 

@@ -36,10 +36,25 @@
  * cluster.pins_max_per_peer pins for one member; more are answered as not
  * pinned.
  *
+ * Endpoints: a member's UCX identity (worker address, rkey, pool base)
+ * comes in its hello and is kept (pg_member_ucx); the endpoint is made
+ * only when a fetch from it starts (pg_conn), so a node holds endpoints
+ * to the members it reads from, not to every member. They are kept most
+ * recently used first on cluster.eps; past cluster.max_peer_eps the least
+ * recently used with no fetch in flight is closed (peer_disconnect's
+ * bounded close), at once or at a later tick if all are busy: a fetch
+ * never loses its endpoint to the cap. A failed endpoint is closed at a
+ * tick once idle (the next fetch makes a fresh one); a member that goes
+ * down or restarts loses its endpoint and its identity (a restart brings
+ * a new worker address); an identity that differs from the one kept
+ * closes the endpoint made from it. An identity no endpoint can be made
+ * from is forgotten, so the member is asked for it again (have_ucx).
+ *
  * KVT_FAULT=peer_corrupt makes a holder flip one byte of the first chunk
  * it pins (restored at unpin): what a requester pulls then fails its
  * checksum. KVT_FAULT=peer_lie does the same and reports the checksum of
- * the flipped bytes, as a dishonest holder would.
+ * the flipped bytes, as a dishonest holder would. KVT_FAULT=peer_ep makes
+ * making an endpoint fail.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -114,6 +129,115 @@ struct pgs {
 static struct pgs *pg_of(struct cl_ctx *d)
 {
     return d->cl ? d->cl->pg : NULL;
+}
+
+/* ---------------------------------------------------------- endpoints */
+
+static void ep_close(struct cl_ctx *d, struct member *m)
+{
+    if (!m->conn) return;
+    cl_ml_unlink(&d->cl->eps, CL_LK_EP, m);
+    peer_disconnect(d->cl->pt, m->conn);
+    m->conn = NULL;
+}
+
+static void ucx_forget(struct member *m)
+{
+    free(m->ucx_id);
+    m->ucx_id = NULL;
+    m->ucx_alen = m->ucx_rlen = 0;
+    m->ucx_base = 0;
+}
+
+int pg_reachable(const struct cl_ctx *d, const struct member *m)
+{
+    return m && d->cl->pt && m->ucx_id && (!m->conn || peer_conn_ok(m->conn));
+}
+
+/* Past cluster.max_peer_eps, close the least recently used endpoints
+ * that no fetch uses (never keep's). */
+static void eps_trim(struct cl_ctx *d, const struct member *keep)
+{
+    struct cluster *c = d->cl;
+    uint64_t max = d->cfg.cluster_max_peer_eps;
+    for (struct member *m = c->eps.tail, *prev; m && max && c->eps.n > max; m = prev) {
+        prev = m->lk[CL_LK_EP].prev;
+        if (m == keep || peer_conn_busy(m->conn)) continue;
+        ep_close(d, m);
+        c->eps_evicted++;
+    }
+}
+
+/* Failed endpoints no fetch uses are closed (the next fetch makes a
+ * fresh one); then the cap, for endpoints that were busy when it was
+ * passed. A bounded batch per tick. */
+static void eps_tick(struct cl_ctx *d)
+{
+    struct cluster *c = d->cl;
+    uint32_t k = 0;
+    for (struct member *m = c->eps.tail, *prev; m && k < 64; m = prev, k++) {
+        prev = m->lk[CL_LK_EP].prev;
+        if (!peer_conn_ok(m->conn) && !peer_conn_busy(m->conn)) ep_close(d, m);
+    }
+    eps_trim(d, NULL);
+}
+
+/* A new endpoint to m from its identity. 0, or -1: the identity is
+ * forgotten, so that m is asked for it again (have_ucx says we lack it). */
+static int ep_open(struct cl_ctx *d, struct member *m)
+{
+    char err[256] = "KVT_FAULT=peer_ep";
+    if (!fault_hit(FAULT_PEER_EP) &&
+        peer_connect(d->cl->pt, m->ucx_id, m->ucx_alen, m->ucx_id + m->ucx_alen, m->ucx_rlen,
+                     m->ucx_base, &m->conn, err, sizeof err) == 0) {
+        d->cl->eps_opened++;
+        log_debug("peer", "node %u: UCX endpoint made", (unsigned)m->id);
+        return 0;
+    }
+    if (!m->ucx_warned++)
+        log_warn("peer", "node %u: no UCX endpoint (its UCX identity is asked for again): %s",
+                 (unsigned)m->id, err);
+    m->conn = NULL;
+    ucx_forget(m);
+    return -1;
+}
+
+/* m's endpoint for a fetch about to start: made from its identity if it
+ * has none, and first in the LRU. NULL if none can be made. */
+static struct peer_conn *pg_conn(struct cl_ctx *d, struct member *m)
+{
+    struct cluster *c = d->cl;
+    if (!pg_reachable(d, m)) return NULL;
+    if (m->conn) cl_ml_unlink(&c->eps, CL_LK_EP, m);
+    else if (ep_open(d, m) != 0) return NULL;
+    cl_ml_push(&c->eps, CL_LK_EP, m, 1);
+    eps_trim(d, m);
+    return m->conn;
+}
+
+static int same_ucx(const struct member *m, const Kvtier__PeerMsg *pm)
+{
+    return m->ucx_id && m->ucx_alen == pm->ucx_addr.len && m->ucx_rlen == pm->ucx_rkey.len &&
+           m->ucx_base == pm->pool_base &&
+           !memcmp(m->ucx_id, pm->ucx_addr.data, m->ucx_alen) &&
+           !memcmp(m->ucx_id + m->ucx_alen, pm->ucx_rkey.data, m->ucx_rlen);
+}
+
+void pg_member_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm)
+{
+    if (!pg_of(d) || !d->cl->pt || !pm->ucx_addr.len || !pm->ucx_rkey.len ||
+        same_ucx(m, pm))
+        return;
+    log_info("peer", "node %u: UCX identity received%s", (unsigned)m->id,
+             m->ucx_id ? " (a new one: its endpoint is closed)" : "");
+    ep_close(d, m);
+    ucx_forget(m);
+    if (!(m->ucx_id = malloc(pm->ucx_addr.len + pm->ucx_rkey.len))) abort();
+    memcpy(m->ucx_id, pm->ucx_addr.data, pm->ucx_addr.len);
+    memcpy(m->ucx_id + pm->ucx_addr.len, pm->ucx_rkey.data, pm->ucx_rkey.len);
+    m->ucx_alen = pm->ucx_addr.len;
+    m->ucx_rlen = pm->ucx_rkey.len;
+    m->ucx_base = pm->pool_base;
 }
 
 /* ---------------------------------------------------------- holder side */
@@ -355,7 +479,7 @@ static int try_next(struct cl_ctx *d, struct pget *g, uint32_t k)
     while (!g->answered && it->tried < it->want.n_alt && it->tried < GX_ALT_MAX) {
         uint32_t h = it->want.alt[it->tried++];
         struct member *m = cl_find(d->cl, h);
-        if (h == d->cl->self_id || !m || !peer_conn_ok(m->conn)) continue;
+        if (h == d->cl->self_id || !pg_reachable(d, m)) continue;
         log_warn("peer", "trying node %u for the chunk instead", (unsigned)h);
         send_pin(d, g, h, &k, 1, d->host->ns_name(d->host->core, g->ns));
         return 1;
@@ -420,15 +544,16 @@ static int start_fetch(struct cl_ctx *d, struct pget *g, struct ppin *p, uint32_
         return 0;
     }
     csum = it->want.csum;
-    if (!m || !peer_conn_ok(m->conn) || size == 0 || size > d->cfg.max_chunk_bytes ||
-        idx_find(d->idx, g->ns, &g->keys[k]) != IDX_NONE ||
+    struct peer_conn *pc;
+    if (!m || size == 0 || size > d->cfg.max_chunk_bytes ||
+        idx_find(d->idx, g->ns, &g->keys[k]) != IDX_NONE || !(pc = pg_conn(d, m)) ||
         d->host->reserve(d->host->core, g->ns, &g->keys[k], size, &slot) != KVT_OK)
         return 0;
     it->g = g;
     it->pin = p;
     it->slot = slot;
     it->csum = csum;
-    it->f = peer_fetch(d->cl->pt, m->conn, off, th_ptr(d->host, slot), size, fetched, it);
+    it->f = peer_fetch(d->cl->pt, pc, off, th_ptr(d->host, slot), size, fetched, it);
     if (!it->f) {
         d->host->free_slot(d->host->core, slot);
         return 0;
@@ -520,8 +645,7 @@ static void resolved(struct cl_ctx *d, void *arg, const uint32_t *holders,
     uint32_t run = 0, *k = calloc(n + 1, sizeof *k);
     if (!k) abort();
     while (run < n && holders[run]) {
-        struct member *m = cl_find(d->cl, holders[run]);
-        if (!m || !peer_conn_ok(m->conn)) break;
+        if (!pg_reachable(d, cl_find(d->cl, holders[run]))) break;
         run++;
     }
     for (uint32_t i = 0; i < run && !g->answered; i++) {
@@ -637,6 +761,7 @@ void pg_tick(struct cl_ctx *d)
     hpins_drop(d, 0, now, 0);
     reap(d, now); /* parked GETs' deadlines are park.c's */
     if (d->cl->pt) peer_progress(d->cl->pt);
+    eps_tick(d);
 }
 
 void pg_poll(struct cl_ctx *d)
@@ -646,7 +771,9 @@ void pg_poll(struct cl_ctx *d)
 }
 
 /* m died or restarted: its pins here go, our pins there are misses, and
- * its endpoint is closed (its fetches fail from the next progress). */
+ * its endpoint is closed (its fetches fail from the next progress) and
+ * its UCX identity forgotten (a restart has a new one, sent again since
+ * we no longer say have_ucx). */
 void pg_member_down(struct cl_ctx *d, struct member *m)
 {
     struct pgs *s = pg_of(d);
@@ -659,8 +786,8 @@ void pg_member_down(struct cl_ctx *d, struct member *m)
         ppin_free(d, p);
         settle(d, g);
     }
-    if (m->conn) peer_disconnect(d->cl->pt, m->conn);
-    m->conn = NULL;
+    ep_close(d, m);
+    ucx_forget(m);
     m->ucx_acked = 0;
 }
 
@@ -701,10 +828,7 @@ void pg_close(struct cl_ctx *d)
         if (!g->answered) expire(d, g);
     }
     hpins_drop(d, 0, UINT64_MAX, 0);
-    for (uint32_t i = 0; i < d->cl->n; i++) {
-        peer_disconnect(d->cl->pt, d->cl->m[i]->conn);
-        d->cl->m[i]->conn = NULL;
-    }
+    for (uint32_t i = 0; i < d->cl->n; i++) ep_close(d, d->cl->m[i]);
     if (d->cl->pt) peer_progress(d->cl->pt); /* fetches end: space freed */
     workq_close(s->wq, WQ_DRAIN); /* checks what is queued; verdicts applied */
     s->wq = NULL;
