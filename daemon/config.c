@@ -216,7 +216,7 @@ static const struct cfg_key keys[] = {
     {"cluster", "probe_timeout_ms", CFG_U64, F(cluster_probe_timeout_ms), "500", 10,
      60000, "ms", 0, "SWIM: direct ack wait before asking others to probe; "
      "below cluster.probe_ms"},
-    {"cluster", "suspicion_mult", CFG_U64, F(cluster_suspicion_mult), "3", 1, 100,
+    {"cluster", "suspicion_mult", CFG_U64, F(cluster_suspicion_mult), "2", 1, 100,
      "count", 0, "SWIM: a suspect is declared dead after suspicion_mult x "
      "log10(members+1) x probe_ms with every confirmation, up to 6 times that "
      "with none"},

@@ -345,8 +345,11 @@ static int start_once(struct tcluster *c, int i, int fail_ms, const char *const 
                             "--cluster.seeds", i ? c->url[c->seed[i]] : "",
                             "--cluster.heartbeat_ms", "100",
                             "--cluster.failure_timeout_ms", fail,
-                            "--cluster.probe_ms", "200", "--cluster.probe_timeout_ms", "100"};
-    int n = 14;
+                            "--cluster.probe_ms", "200", "--cluster.probe_timeout_ms", "100",
+                            /* the suspicion timeout the cluster tests were
+                               written for (the default is 2) */
+                            "--cluster.suspicion_mult", "3"};
+    int n = 16;
     snprintf(id, sizeof id, "%d", i + 1);
     snprintf(fail, sizeof fail, "%d", fail_ms);
     snprintf(cert, sizeof cert, "node-%d", i + 1);

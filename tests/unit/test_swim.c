@@ -23,7 +23,7 @@
 
 struct cap {
     uint64_t now, rng;
-    int n;
+    int n, refuse;                    /* refuse: every send fails */
     size_t len[512];
     char to[512][MB_ADDR_MAX];
     uint8_t *buf[512];
@@ -33,7 +33,7 @@ struct cap {
 static int cap_send(void *ctx, const char *addr, const void *buf, size_t len)
 {
     struct cap *c = ctx;
-    if (c->n == 512) return -1;
+    if (c->n == 512 || c->refuse) return -1;
     c->buf[c->n] = malloc(len ? len : 1);
     memcpy(c->buf[c->n], buf, len);
     c->len[c->n] = len;
@@ -361,6 +361,48 @@ static void test_piggyback_bounded(void **state)
 }
 
 
+/* A send the transport refuses (a member whose hello is not done) carried
+ * nothing: its claims keep their send count and go out once sends pass.
+ * Counted as sent, they were retired unsent and a member that missed them
+ * waited for a push-pull sync (15-30 s at start-up). */
+static void test_refused_send_keeps_claims(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a[3][16];
+    Kvtier__SwimMember cl[3], *cp[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        snprintf(a[i], sizeof a[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, i + 2, a[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, 3, 0, 0);
+    c.refuse = 1; /* three gossip rounds: past every claim's retransmits,
+                   * within the first probe period (no suspicion yet) */
+    for (int t = 0; t < 6; t++) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+    }
+    assert_true(mb_stats(mb)->tx_fail > 0);
+    c.refuse = 0;
+    size_t alive = 0;
+    for (int t = 0; t < 20; t++) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        for (int i = 0; i < c.n; i++) {
+            Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[i], c.buf[i]);
+            assert_non_null(m);
+            for (size_t k = 0; k < m->n_gossip; k++)
+                alive += m->gossip[k]->id != 1 && (int)m->gossip[k]->state == MB_ALIVE;
+            kvtier__swim_msg__free_unpacked(m, NULL);
+        }
+        cap_clear(&c);
+    }
+    assert_true(alive > 0); /* the claims fed in went out after all */
+    mb_destroy(mb);
+}
+
 /* Lifeguard: independent confirmations bring the death sooner than one
  * lone suspicion (virtual time; compared, not timed). */
 static uint64_t death_after(int confirmers)
@@ -396,6 +438,240 @@ static void test_confirmations_shorten_suspicion(void **state)
     (void)state;
     uint64_t lone = death_after(1), confirmed = death_after(4);
     assert_true(confirmed < lone);
+}
+
+/* Answer every Ping node 1 sent (captured in c) with an Ack from its
+ * target; returns the target of the last Ping answered, 0 if none. */
+static uint32_t ack_pings(struct mb *mb, struct cap *c)
+{
+    uint32_t last = 0;
+    for (int i = 0; i < c->n; i++) {
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_PING) {
+            Kvtier__SwimMsg r = KVTIER__SWIM_MSG__INIT;
+            Kvtier__SwimAck a = KVTIER__SWIM_ACK__INIT;
+            char addr[32];
+            last = m->ping->target;
+            snprintf(addr, sizeof addr, "sim://%u", (unsigned)last);
+            a.seq = m->ping->seq;
+            r.from = last;
+            r.from_addr = addr;
+            r.body_case = KVTIER__SWIM_MSG__BODY_ACK;
+            r.ack = &a;
+            size_t len = kvtier__swim_msg__get_packed_size(&r);
+            uint8_t *buf = malloc(len);
+            kvtier__swim_msg__pack(&r, buf);
+            mb_receive(mb, buf, len, c->now);
+            free(buf);
+        }
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    cap_clear(c);
+    return last;
+}
+
+/* A member learned in the middle of a probe round is probed in that
+ * round, not only after it: left for the next reshuffle, a member that
+ * arrived late goes unprobed by this node for up to n periods, and a
+ * crashed member that few nodes probe gathers few confirmations. */
+static void test_new_member_joins_round(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 100, LATE = 1000 };
+    Kvtier__SwimMember cl[N], *cp[N];
+    char addr[N][32], late[] = "sim://1000";
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(addr[i], sizeof addr[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, N, 0, 0);
+    int probed[LATE + 1] = {0}, fed = 0, twice = 0, late_at = -1;
+    for (int p = 0; p < 3 * N && !twice; p++) {
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        uint32_t t = ack_pings(mb, &c);
+        if (!t) continue;
+        twice = ++probed[t] > 1;
+        if (t == LATE && late_at < 0) late_at = p;
+        if (!fed) { /* the round has begun: now a member arrives */
+            claim(&cl[0], LATE, MB_ALIVE, 3, LATE, late);
+            feed(mb, 2, cp, 1, 0, c.now);
+            fed = 1;
+        }
+    }
+    assert_true(twice);             /* a second round began... */
+    assert_true(late_at >= 0);      /* ...after the late member was probed */
+    assert_int_equal(mb_find(mb, LATE)->state, MB_ALIVE);
+    mb_destroy(mb);
+}
+
+/* A relay that cannot reach the target Nacks the origin while the
+ * origin's probe is still open (within the rest of its period after the
+ * PingReq), so a healthy origin does not count the Nack as missing. */
+static void test_nack_in_time(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    const struct mb_config *cfg = mb_cfg(mb);
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimPingReq r = KVTIER__SWIM_PING_REQ__INIT;
+    char origin[] = "sim://2", target[] = "sim://3";
+    r.target = 3;
+    r.target_addr = target;
+    r.seq = 77;
+    msg.from = 2;
+    msg.from_addr = origin;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_PING_REQ;
+    msg.ping_req = &r;
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = malloc(len);
+    kvtier__swim_msg__pack(&msg, buf);
+    c.now = 10000;
+    mb_receive(mb, buf, len, c.now);
+    free(buf);
+    cap_clear(&c); /* the Ping to the target; it stays silent */
+    int nacked = 0;
+    uint64_t until = c.now + (cfg->probe_ms - cfg->probe_timeout_ms) - 1;
+    while (c.now + 10 <= until && !nacked) { /* ticks up to `until` only */
+        c.now += 10;
+        mb_tick(mb, c.now);
+        for (int i = 0; i < c.n; i++) {
+            Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[i], c.buf[i]);
+            assert_non_null(m);
+            if (m->body_case == KVTIER__SWIM_MSG__BODY_NACK && !strcmp(c.to[i], origin)) {
+                assert_int_equal(m->nack->seq, 77);
+                nacked = 1;
+            }
+            kvtier__swim_msg__free_unpacked(m, NULL);
+        }
+        cap_clear(&c);
+    }
+    assert_true(nacked);
+    mb_destroy(mb);
+}
+
+/* A suspicion heard from another member makes this node probe the
+ * suspect next (always in a cluster of at most 2k members, with
+ * probability 2k/n in a larger one): its failed probe confirms the
+ * suspicion, its successful one tells the suspect, which refutes. */
+static void test_suspect_checked_soon(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    Kvtier__SwimMember cl[5], *cp[5];
+    char addr[5][32];
+    for (uint32_t i = 0; i < 5; i++) {
+        snprintf(addr[i], sizeof addr[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, 5, 0, 0);
+    c.now += mb_cfg(mb)->probe_ms; /* the first round begins */
+    mb_tick(mb, c.now);
+    ack_pings(mb, &c);
+    for (uint32_t sus = 2; sus <= 6; sus++) {
+        uint32_t teller = sus == 2 ? 3 : 2;
+        claim(&cl[0], sus, MB_SUSPECT, 3, teller, addr[sus - 2]);
+        feed(mb, teller, cp, 1, 0, c.now);
+        assert_int_equal(mb_find(mb, sus)->state, MB_SUSPECT);
+        cap_clear(&c);
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        assert_int_equal(ack_pings(mb, &c), sus);
+    }
+    mb_destroy(mb);
+}
+
+/* Messages captured in c to `to` (an address), and whether one of them
+ * carried claim (id, state) -- at incarnation >= inc. */
+static int sent_claim(struct cap *c, const char *to, uint32_t id, int state, uint64_t inc)
+{
+    int seen = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (strcmp(c->to[i], to)) continue;
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        for (size_t j = 0; j < m->n_gossip; j++)
+            seen |= m->gossip[j]->id == id && (int)m->gossip[j]->state == state &&
+                    m->gossip[j]->incarnation >= inc;
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_SYNC)
+            for (size_t j = 0; j < m->sync->n_members; j++)
+                seen |= m->sync->members[j]->id == id &&
+                        (int)m->sync->members[j]->state == state &&
+                        m->sync->members[j]->incarnation >= inc;
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    return seen;
+}
+
+/* After a partition heals, each side holds the other dead and routes no
+ * gossip to it. A member held dead is poked every period ("you are dead
+ * here"), even when it is the only dead one among many; told so, it
+ * refutes straight back to the teller, and a member that speaks while
+ * held dead is told at once. */
+static void test_dead_member_poked_and_answered(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 300 };
+    Kvtier__SwimMember *cl = calloc(N, sizeof *cl), **cp = calloc(N, sizeof *cp);
+    char (*addr)[32] = calloc(N, 32);
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(addr[i], 32, "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
+        cp[i] = &cl[i];
+    }
+    feed(mb, 2, cp, N, 0, 0);
+    /* Member 200 died here (through a partition, say). */
+    claim(&cl[0], 200, MB_DEAD, 3, 5, addr[198]);
+    feed(mb, 5, cp, 1, 0, 0);
+    c.now = 100000; /* the minimum suspicion timeout is long past */
+    feed(mb, 5, cp, 1, 0, c.now);
+    assert_int_equal(mb_find(mb, 200)->state, MB_DEAD);
+    cap_clear(&c);
+    /* Within two periods it is told, the only dead one of 300. */
+    int told = 0;
+    for (int p = 0; p < 2 && !told; p++) {
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        told = sent_claim(&c, "sim://200", 200, MB_DEAD, 3);
+        ack_pings(mb, &c);
+    }
+    assert_true(told);
+    /* It speaks while held dead: told at once. */
+    claim(&cl[0], 7, MB_ALIVE, 3, 7, addr[5]);
+    feed(mb, 200, cp, 1, 0, c.now);
+    assert_true(sent_claim(&c, "sim://200", 200, MB_DEAD, 3));
+    cap_clear(&c);
+    /* Told that this node is suspect: it refutes to the teller at once. */
+    claim(&cl[0], 1, MB_SUSPECT, 100, 9, addr[7]);
+    feed(mb, 9, cp, 1, 0, c.now);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    assert_true(sent_claim(&c, "sim://9", 1, MB_ALIVE, 101));
+    cap_clear(&c);
+    /* Told an old suspicion of itself (below its incarnation): it restates
+     * its claim to the teller at once. */
+    claim(&cl[0], 1, MB_SUSPECT, 100, 11, addr[9]);
+    feed(mb, 11, cp, 1, 0, c.now);
+    assert_int_equal(mb_self(mb)->inc, 101);
+    assert_true(sent_claim(&c, "sim://11", 1, MB_ALIVE, 101));
+    cap_clear(&c);
+    /* Its refutation revives it here, and the exchange ends. */
+    claim(&cl[0], 200, MB_ALIVE, 4, 200, addr[198]);
+    feed(mb, 200, cp, 1, 0, c.now);
+    assert_int_equal(mb_find(mb, 200)->state, MB_ALIVE);
+    assert_int_equal(c.n, 0);
+    free(cl);
+    free(cp);
+    free(addr);
+    mb_destroy(mb);
 }
 
 /* --------------------------------------------------- swim, many nodes */
@@ -570,6 +846,25 @@ static void test_lossy_network(void **state)
     sim_free(s);
 }
 
+/* A 50/50 partition longer than the suspicion timeouts (shorter than
+ * reap_ms), then healed: both halves hold each other dead, and find each
+ * other again by refutation within 10 periods (virtual time). */
+static void test_partition_heals(void **state)
+{
+    (void)state;
+    struct tally t = {0};
+    struct sim *s = net(16, &t, 0);
+    int g[16];
+    for (int i = 0; i < 16; i++) g[i] = i >= 8;
+    sim_partition(s, g, 1);
+    sim_run_until(s, sim_now(s) + 15000000); /* less than reap_ms (20 s) */
+    assert_int_equal(sim_disagree(s), 2 * 8 * 8);
+    sim_partition(s, g, 0);
+    sim_run_until(s, sim_now(s) + 10000000);
+    assert_int_equal(sim_disagree(s), 0);
+    sim_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -581,13 +876,19 @@ int main(void)
         cmocka_unit_test(test_stale_death),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_piggyback_bounded),
+        cmocka_unit_test(test_refused_send_keeps_claims),
         cmocka_unit_test(test_confirmations_shorten_suspicion),
+        cmocka_unit_test(test_new_member_joins_round),
+        cmocka_unit_test(test_nack_in_time),
+        cmocka_unit_test(test_dead_member_poked_and_answered),
+        cmocka_unit_test(test_suspect_checked_soon),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),
         cmocka_unit_test(test_indirect_probe_saves_a_bad_link),
         cmocka_unit_test(test_paused_node_accuses_nobody),
         cmocka_unit_test(test_lossy_network),
+        cmocka_unit_test(test_partition_heals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

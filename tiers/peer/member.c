@@ -77,7 +77,7 @@ void mb_config_defaults(struct mb_config *cfg)
     DEF(probe_ms, 1000);
     DEF(probe_timeout_ms, 500);
     DEF(indirect_k, 3);
-    DEF(suspicion_mult, 3);
+    DEF(suspicion_mult, 2);
     DEF(suspicion_max_mult, 6);
     DEF(retransmit_mult, 4);
     DEF(max_msg_bytes, 1400);

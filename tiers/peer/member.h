@@ -115,7 +115,7 @@ struct mb_config {
     uint32_t probe_timeout_ms;   /* direct ack wait before ping-req (500) */
     uint32_t indirect_k;         /* members asked to probe for us (3) */
     uint32_t suspicion_mult;     /* suspicion timeout = mult * log10(n+1) *
-                                    probe_ms at full confirmation (3) */
+                                    probe_ms at full confirmation (2) */
     uint32_t suspicion_max_mult; /* ... and max_mult times that with none (6) */
     uint32_t retransmit_mult;    /* gossip sent mult * log10(n+1) times (4) */
     uint32_t max_msg_bytes;      /* one datagram, piggyback included (1400) */

@@ -3,9 +3,11 @@
  *
  * Design. Each protocol period this node probes ONE member, taken from a
  * shuffled round-robin of the live ones (every member is probed within
- * two rounds, yet the choice is unpredictable): a Ping, and if no Ack
+ * two rounds, yet the choice is unpredictable; a member learned during a
+ * round joins it at a random place ahead): a Ping, and if no Ack
  * comes within the probe timeout, PingReqs to k other members, who ping
- * the target for us and relay its Ack -- or a Nack when it stays silent.
+ * the target for us and relay its Ack -- or a Nack when it stays silent
+ * (sent while the prober's period is still open).
  * No Ack by the end of the period makes the target SUSPECT; a suspicion
  * not refuted within its timeout makes it DEAD. Load per node is one probe
  * per period whatever the cluster size.
@@ -32,17 +34,22 @@
  * itself missed is dropped, never turned into a suspicion. (2) Suspicion
  * timeouts start at suspicion_max_mult times the minimum and shrink
  * logarithmically towards the minimum as independent confirmations (other
- * members' suspect claims) arrive. (3) Replies are judged by their RECEIVE
- * time (mb_receive's rx_ms), so a backlog on this node is not a silence of
- * the peer.
+ * members' suspect claims) arrive; a member that hears of a suspicion
+ * probes the suspect next with probability 2k/n, so confirmations (or
+ * the refutation) come within a period or two. (3) Replies are judged by
+ * their RECEIVE time (mb_receive's rx_ms), so a backlog on this node is
+ * not a silence of the peer.
  *
  * Push-pull: every sync_ms (scaled up beyond 32 members) the whole table is
  * exchanged with one random live member; a dead claim received this way
  * only makes the member suspect, so a healed partition converges by
- * refutation instead of mutual killing. A random dead member is also sent
- * a sync now and then: that is how partitions heal. Join = a sync to the
- * seeds, repeated until some table arrives (gossip alone is not enough: a
- * restarted node is pinged by members that knew its previous life).
+ * refutation instead of mutual killing. Every period one member held dead
+ * is poked with its death; a member doubted (it refutes or restates its
+ * claim) answers the sender at once, and one heard from while held dead
+ * is told so at once: that is how partitions heal in seconds. Join = a
+ * sync to the seeds, repeated until some table arrives (gossip alone is
+ * not enough: a restarted node is pinged by members that knew its
+ * previous life).
  * Leave = a left claim gossiped to several members at once. Dead and left
  * members are reaped after reap_ms.
  *
@@ -85,9 +92,10 @@ struct claim {
 static char no_addr[1];               /* the address of non-alive claims */
 
 struct relay {
-    int used;
+    int used, nacked;
     uint32_t seq, origin_seq;
-    uint64_t deadline_ms;
+    uint64_t nack_ms, deadline_ms;    /* Nack the origin at nack_ms; relay
+                                         a late Ack until deadline_ms */
     char origin[MB_ADDR_MAX];
 };
 
@@ -109,9 +117,16 @@ struct swim {
     size_t nsusp, suspcap;
     char **seeds;
     size_t nseeds;
-    uint64_t next_probe, next_gossip, next_sync, next_reconnect, next_reap, next_join;
+    uint64_t next_probe, next_gossip, next_sync, next_reap, next_join;
+    uint64_t next_poke;
     uint32_t health;
     int synced;                       /* a table arrived: joined */
+    int doubted;                      /* the message being handled
+                                         doubted this node: it refuted or
+                                         restated its claim */
+    int lead_self;                    /* send_msg: this node's own claim
+                                         first, if queued */
+    int bare;                         /* send_msg: no queued gossip */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -332,11 +347,21 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
             room -= buddy.size;
         }
     }
+    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+    for (size_t i = 0; sw->lead_self && i < sw->nq; i++) {
+        struct claim *c = &sw->q[i];
+        if (c->id != mb_self(mb)->id || c->size > room) continue;
+        fill_claim(&sm[n], c);
+        sp[n] = &sm[n];
+        n++;
+        room -= c->size;
+        c->tx++;
+        c->mark = mark;
+    }
     /* Least-sent first, in queue order among equals: a counting sort by
      * send count, O(nq) a message -- the queue holds one claim per changed
      * member, thousands while a fleet starts, and a scan of it per send
-     * count cost O(lim * nq) a message. */
-    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+     * count cost O(lim * nq) a message. A claim sent above is skipped. */
     size_t *at = xalloc(NULL, ((size_t)lim + 1) * sizeof *at);
     memset(at, 0, ((size_t)lim + 1) * sizeof *at);
     for (size_t i = 0; i < sw->nq; i++)
@@ -346,9 +371,9 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     uint32_t *ord = xalloc(NULL, nord * sizeof *ord);
     for (size_t i = 0; i < sw->nq; i++)
         if (sw->q[i].tx < lim) ord[at[sw->q[i].tx]++] = (uint32_t)i;
-    for (size_t k = 0; k < nord && room > 8; k++) {
+    for (size_t k = 0; k < nord && room > 8 && !sw->bare; k++) {
         struct claim *c = &sw->q[ord[k]];
-        if (c->size > room || (buddy.size && c->id == buddy.id)) continue;
+        if (c->mark == mark || c->size > room || (buddy.size && c->id == buddy.id)) continue;
         fill_claim(&sm[n], c);
         sp[n] = &sm[n];
         n++;
@@ -363,7 +388,11 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     size_t len = kvtier__swim_msg__get_packed_size(msg);
     uint8_t *buf = xalloc(NULL, len);
     kvtier__swim_msg__pack(msg, buf);
-    mb_send(mb, addr, buf, len, t);
+    /* A send the transport refused (a member whose hello is not done) did
+     * not carry its claims: they keep their count and go out later. */
+    if (mb_send(mb, addr, buf, len, t) != 0)
+        for (size_t i = 0; i < sw->nq; i++)
+            if (sw->q[i].mark == mark) sw->q[i].tx--;
     free(buf);
     free(sm);
     free(sp);
@@ -409,13 +438,18 @@ static void send_ack(struct mb *mb, const char *addr, uint32_t seq, int nack,
     send_msg(mb, addr, &msg, nack ? MB_MSG_NACK : MB_MSG_ACK, about);
 }
 
-static void send_gossip(struct mb *mb, const struct mb_member *to)
+static void send_gossip_to(struct mb *mb, const char *addr, const struct mb_member *about)
 {
     Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
     Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
     msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
     msg.gossip_only = &g;
-    send_msg(mb, to->addr, &msg, MB_MSG_GOSSIP, to);
+    send_msg(mb, addr, &msg, MB_MSG_GOSSIP, about);
+}
+
+static void send_gossip(struct mb *mb, const struct mb_member *to)
+{
+    send_gossip_to(mb, to->addr, to);
 }
 
 static void member_claim(Kvtier__SwimMember *sm, const struct mb_member *m, uint32_t self)
@@ -461,6 +495,21 @@ static void send_sync(struct mb *mb, const char *addr, int reply, int join)
 
 /* ------------------------------------------------------------- merging */
 
+static void order_add(struct mb *mb, uint32_t id);
+static void order_next(struct mb *mb, uint32_t id);
+
+/* A suspicion first heard from another member: with probability
+ * 2k/n probe the suspect next, so that about 2k members besides the
+ * round-robin's one a period check it within a period or two. Their
+ * failed probes are the independent confirmations that bring the
+ * timeout down to its minimum; their successful ones carry the suspicion
+ * to the suspect (buddy), which refutes. */
+static void check_soon(struct mb *mb, const struct mb_member *m)
+{
+    uint64_t k = 2ull * mb_cfg(mb)->indirect_k, n = n_cluster(mb);
+    if (n <= k || mb_rand(mb) % n < k) order_next(mb, m->id);
+}
+
 static void refute(struct mb *mb, uint64_t claimed_inc)
 {
     struct mb_member *self = mb_self(mb);
@@ -468,6 +517,7 @@ static void refute(struct mb *mb, uint64_t claimed_inc)
     mb_stats_mut(mb)->refutations++;
     health_add(mb, 1);
     enqueue_member(mb, self, self->id);
+    SW(mb)->doubted = 1;
 }
 
 /* Someone still holds an older suspicion or death of this node: queue
@@ -476,6 +526,7 @@ static void reassert(struct mb *mb)
 {
     struct swim *sw = SW(mb);
     struct mb_member *self = mb_self(mb);
+    sw->doubted = 1;
     for (size_t i = 0; i < sw->nq; i++)
         if (sw->q[i].id == self->id && sw->q[i].inc == self->inc && sw->q[i].tx == 0) return;
     enqueue_member(mb, self, self->id);
@@ -489,12 +540,17 @@ static void merge_alive(struct mb *mb, struct mb_member *m, const Kvtier__SwimMe
     }
     if (!m) {
         m = mb_add(mb, c->id, c->addr, c->meta.data, c->meta.len, c->incarnation, MB_ALIVE);
-        if (m) enqueue_member(mb, m, c->from);
+        if (m) {
+            order_add(mb, m->id);
+            enqueue_member(mb, m, c->from);
+        }
         return;
     }
     if (c->incarnation <= m->inc) return;
+    int back = m->state == MB_DEAD || m->state == MB_LEFT;
     if (c->addr[0]) mb_update(mb, m, c->addr, c->meta.data, c->meta.len);
     set_state(mb, m, MB_ALIVE, c->incarnation, 0);
+    if (back) order_add(mb, m->id);
     enqueue_member(mb, m, c->from);
 }
 
@@ -509,6 +565,7 @@ static void merge_suspect(struct mb *mb, struct mb_member *m, const Kvtier__Swim
     if (m->state == MB_SUSPECT) set_state(mb, m, MB_ALIVE, m->inc, 0); /* restart it */
     set_state(mb, m, MB_SUSPECT, c->incarnation, c->from);
     enqueue(mb, m->id, MB_SUSPECT, m->inc, NULL, NULL, 0, c->from);
+    check_soon(mb, m);
 }
 
 /* Someone else's death claim: the end of a suspicion here, never a
@@ -635,6 +692,30 @@ static void reshuffle(struct mb *mb)
     sw->pos = 0;
 }
 
+/* A member new to this node (or back from the dead) joins the round in
+ * progress at a random place still ahead, as memberlist does: left for
+ * the next reshuffle, it would go unprobed here for up to a whole round
+ * (n periods), and a member few nodes probe gathers few confirmations
+ * when it crashes -- its suspicion then runs to the longest timeout. */
+static void order_put(struct mb *mb, uint32_t id, int next)
+{
+    struct swim *sw = SW(mb);
+    if (!sw->norder) return; /* no round yet: the first one takes everyone */
+    if (sw->norder == sw->ordcap) {
+        sw->ordcap *= 2;
+        sw->order = xalloc(sw->order, sw->ordcap * sizeof *sw->order);
+    }
+    size_t end = sw->norder++;
+    size_t j = next ? sw->pos : sw->pos + mb_rand(mb) % (end - sw->pos + 1);
+    if (j < end) sw->order[end] = sw->order[j];
+    sw->order[j] = id;
+}
+
+static void order_add(struct mb *mb, uint32_t id) { order_put(mb, id, 0); }
+
+/* Probe id next (it may come up again later in the round). */
+static void order_next(struct mb *mb, uint32_t id) { order_put(mb, id, 1); }
+
 static struct mb_member *next_target(struct mb *mb)
 {
     struct swim *sw = SW(mb);
@@ -731,6 +812,19 @@ static void on_ping(struct mb *mb, const Kvtier__SwimMsg *msg)
     send_ack(mb, msg->from_addr, msg->ping->seq, 0, mb_find(mb, msg->from));
 }
 
+/* How long a relay waits for the target before it Nacks: 80% of what is
+ * left of the origin's period after its ping-req went out (Lifeguard), so
+ * the Nack reaches the origin before the origin judges the probe -- the
+ * Nacks it expects and misses are what tell it that the trouble is its
+ * own. */
+static uint64_t nack_wait(struct mb *mb)
+{
+    const struct mb_config *c = mb_cfg(mb);
+    uint64_t left = c->probe_ms > c->probe_timeout_ms ? c->probe_ms - c->probe_timeout_ms
+                                                      : c->probe_timeout_ms;
+    return left * 4 / 5;
+}
+
 static void on_ping_req(struct mb *mb, const Kvtier__SwimMsg *msg, uint64_t rx)
 {
     struct swim *sw = SW(mb);
@@ -748,8 +842,10 @@ static void on_ping_req(struct mb *mb, const Kvtier__SwimMsg *msg, uint64_t rx)
         if (sw->rel[i].deadline_ms < rl->deadline_ms) rl = &sw->rel[i];
     }
     rl->used = 1;
+    rl->nacked = 0;
     rl->seq = ++sw->seq;
     rl->origin_seq = r->seq;
+    rl->nack_ms = rx + nack_wait(mb);
     rl->deadline_ms = rx + mb_cfg(mb)->probe_timeout_ms;
     snprintf(rl->origin, sizeof rl->origin, "%s", msg->from_addr);
     send_ping(mb, r->target_addr, r->target, rl->seq, mb_find(mb, r->target));
@@ -788,6 +884,27 @@ static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
     if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
 }
 
+/* The sender doubted this node (it refuted, or restated its claim), or
+ * this node holds the sender dead although it just spoke: tell it at once
+ * instead of waiting for gossip, which neither side would route to a
+ * member it holds dead.
+ * One message carrying this node's own claim first (its refutation) and
+ * the sender's death as held here (buddy), so the sender refutes in turn;
+ * each step raises an incarnation, so the exchange ends. This is what
+ * heals a partition quickly: one poke across the old line (sync_tick)
+ * revives both ends, and gossip carries the news on each side. */
+static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    struct swim *sw = SW(mb);
+    struct mb_member *from = mb_find(mb, msg->from);
+    int dead = from && from->state == MB_DEAD;
+    if (!sw->doubted && !dead) return;
+    sw->doubted = 0;
+    sw->lead_self = 1;
+    send_gossip_to(mb, msg->from_addr, from);
+    sw->lead_self = 0;
+}
+
 static enum mb_msg msg_type(const Kvtier__SwimMsg *msg)
 {
     switch (msg->body_case) {
@@ -824,6 +941,7 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
         return;
     }
     mb_count_rx(mb, msg_type(msg), len);
+    SW(mb)->doubted = 0;
     for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
     switch (msg->body_case) {
     case KVTIER__SWIM_MSG__BODY_PING: on_ping(mb, msg); break;
@@ -833,6 +951,7 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
     case KVTIER__SWIM_MSG__BODY_SYNC: on_sync(mb, msg); break;
     default: break;
     }
+    answer_doubt(mb, msg);
     kvtier__swim_msg__free_unpacked(msg, NULL);
 }
 
@@ -843,10 +962,11 @@ static void relay_tick(struct mb *mb, uint64_t now)
     struct swim *sw = SW(mb);
     for (size_t i = 0; i < SW_RELAYS; i++) {
         struct relay *rl = &sw->rel[i];
-        if (rl->used && now >= rl->deadline_ms) {
-            rl->used = 0;
+        if (rl->used && !rl->nacked && now >= rl->nack_ms) {
+            rl->nacked = 1;
             send_ack(mb, rl->origin, rl->origin_seq, 1, NULL);
         }
+        if (rl->used && now >= rl->deadline_ms) rl->used = 0;
     }
 }
 
@@ -897,6 +1017,21 @@ static struct mb_member *random_in(struct mb *mb, enum mb_state st)
     return NULL;
 }
 
+/* One of the dead members, uniformly (a scan: when few of many are dead,
+ * random tries miss them and the last ones of a healed partition waited
+ * minutes for their turn). */
+static struct mb_member *random_dead(struct mb *mb)
+{
+    uint64_t ndead = mb_stats(mb)->members[MB_DEAD];
+    if (!ndead) return NULL; /* the usual case: no scan */
+    uint64_t k = mb_rand(mb) % ndead;
+    for (size_t i = 0; i < mb_count(mb); i++) {
+        struct mb_member *m = mb_at(mb, i);
+        if (m->state == MB_DEAD && k-- == 0) return m;
+    }
+    return NULL;
+}
+
 static void sync_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
@@ -906,10 +1041,13 @@ static void sync_tick(struct mb *mb, uint64_t now)
         struct mb_member *m = random_in(mb, MB_ALIVE);
         if (m) send_sync(mb, m->addr, 1, 0);
     }
-    if (now >= sw->next_reconnect) { /* how a partition heals */
-        sw->next_reconnect = now + 10ull * c->probe_ms;
-        struct mb_member *m = random_in(mb, MB_DEAD);
-        if (m) send_sync(mb, m->addr, 1, 0);
+    if (now >= sw->next_poke) { /* ... and a poke: "you are dead here" */
+        sw->next_poke = now + c->probe_ms;
+        struct mb_member *m = random_dead(mb);
+        sw->bare = 1; /* its death only: queued gossip to a member that
+                         is most likely dead would be retransmits lost */
+        if (m) send_gossip(mb, m);
+        sw->bare = 0;
     }
     if (sw->nseeds && !sw->synced && now >= sw->next_join) {
         sw->next_join = now + 2ull * c->probe_ms;
@@ -969,10 +1107,11 @@ static uint64_t sw_next_tick(struct mb *mb)
     if (sw->pr.active) LOWER(sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms);
     if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
     LOWER(sw->next_sync);
-    LOWER(sw->next_reconnect);
+    LOWER(sw->next_poke);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
     for (size_t i = 0; i < SW_RELAYS; i++)
-        if (sw->rel[i].used) LOWER(sw->rel[i].deadline_ms);
+        if (sw->rel[i].used)
+            LOWER(sw->rel[i].nacked ? sw->rel[i].deadline_ms : sw->rel[i].nack_ms);
     for (size_t i = 0; i < sw->nsusp; i++) {
         struct mb_member *m = mb_find(mb, sw->susp[i]);
         if (m && m->be) LOWER(((struct susp *)m->be)->deadline_ms);
@@ -994,7 +1133,7 @@ static int sw_open(struct mb *mb)
     sw->next_probe = now + mb_rand(mb) % c->probe_ms;
     sw->next_gossip = now + c->gossip_ms % 100000;
     sw->next_sync = now + c->sync_ms / 2 + mb_rand(mb) % (c->sync_ms / 2 + 1);
-    sw->next_reconnect = now + 10ull * c->probe_ms;
+    sw->next_poke = now + mb_rand(mb) % c->probe_ms;
     sw->next_reap = now + 1000;
     return 0;
 }
