@@ -50,6 +50,11 @@
  * sync to the seeds, repeated until some table arrives (gossip alone is
  * not enough: a restarted node is pinged by members that knew its
  * previous life).
+ * Strangers ask: every message states its sender's incarnation; one
+ * from a member unknown here (or held at an older incarnation) that
+ * carries no claim about it gets want_claim on the reply, and the sender
+ * answers with its own claim -- a member the join gossip missed learns
+ * the newcomer when they first speak, not at the next push-pull sync.
  * Leave = a left claim gossiped to several members at once. Dead and left
  * members are reaped after reap_ms.
  *
