@@ -50,10 +50,9 @@
  * sync to the seeds, repeated until some table arrives (gossip alone is
  * not enough: a restarted node is pinged by members that knew its
  * previous life).
- * Strangers ask: every message states its sender's incarnation; one
- * from a member unknown here (or held at an older incarnation) that
- * carries no claim about it gets want_claim on the reply, and the sender
- * answers with its own claim -- a member the join gossip missed learns
+ * Strangers ask: a message from a member unknown here that carries no
+ * claim about it gets want_claim on the reply, and the sender answers
+ * with its own claim -- a member the join gossip missed learns
  * the newcomer when they first speak, not at the next push-pull sync.
  * Leave = a left claim gossiped to several members at once. Dead and left
  * members are reaped after reap_ms.
@@ -341,7 +340,6 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     const struct mb_config *cfg = mb_cfg(mb);
     msg->from = mb_self(mb)->id;
     msg->from_addr = (char *)mb_self(mb)->addr;
-    msg->from_inc = mb_self(mb)->inc;
     size_t room = kvtier__swim_msg__get_packed_size(msg);
     room = room < cfg->max_msg_bytes ? cfg->max_msg_bytes - room : 0;
     /* Each claim packs into at least 3 bytes: room / 3 bounds them; the
@@ -530,7 +528,6 @@ static void send_sync(struct mb *mb, const char *addr, int reply, int join)
     s.members = sp;
     msg.from = self;
     msg.from_addr = (char *)mb_self(mb)->addr;
-    msg.from_inc = mb_self(mb)->inc;
     msg.body_case = KVTIER__SWIM_MSG__BODY_SYNC;
     msg.sync = &s;
     size_t len = kvtier__swim_msg__get_packed_size(&msg);
@@ -954,20 +951,17 @@ static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
     sw->lead_self = 0;
 }
 
-/* A message from a member this node does not know, or holds at an
- * older incarnation than the one the message states, carrying no claim
+/* A message from a member this node does not know, carrying no claim
  * about it: ask it for its claim. Gossip reaches nearly everyone, but not
- * always, and a member it missed hears of the newcomer (or of a restart's
- * new metadata) only from a push-pull sync, minutes apart at fleet size
- * -- although the member itself talks to it: probes, ping-reqs, gossip.
- * The sender's fields lack its metadata, so one message asks (want_claim,
- * on whatever goes back first) and the answer carries the whole claim. A
- * sync brings the sender's claim itself. */
+ * always, and a member it missed hears of the newcomer only from a
+ * push-pull sync (minutes apart at fleet size) -- although the newcomer
+ * itself talks to it: probes, ping-reqs, gossip. The sender's address
+ * alone lacks its incarnation and metadata, so one message asks
+ * (want_claim, on whatever goes back first) and the answer carries the
+ * whole claim. A sync brings the sender's claim itself. */
 static int stranger(struct mb *mb, const Kvtier__SwimMsg *msg)
 {
-    if (msg->body_case == KVTIER__SWIM_MSG__BODY_SYNC) return 0;
-    const struct mb_member *m = mb_find(mb, msg->from);
-    if (m && msg->from_inc <= m->inc) return 0;
+    if (msg->body_case == KVTIER__SWIM_MSG__BODY_SYNC || mb_find(mb, msg->from)) return 0;
     for (size_t i = 0; i < msg->n_gossip; i++)
         if (msg->gossip[i]->id == msg->from) return 0; /* applied or refused */
     return 1;
