@@ -683,6 +683,15 @@ static void test_stranger_asked_for_its_claim(void **state)
     feed(mb, 60, cp, 1, 0, 0);
     assert_null(mb_find(mb, 60));
     assert_int_equal(c.n, 0);
+    /* Once it has left it answers nothing: never an alive claim. */
+    assert_int_equal(mb_leave(mb), 0);
+    cap_clear(&c);
+    len = kvtier__swim_msg__get_packed_size(&q);
+    buf = malloc(len);
+    kvtier__swim_msg__pack(&q, buf);
+    mb_receive(mb, buf, len, 0);
+    free(buf);
+    assert_int_equal(c.n, 0);
     mb_destroy(mb);
 }
 

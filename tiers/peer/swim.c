@@ -131,7 +131,6 @@ struct swim {
     int lead_self;                    /* send_msg: this node's own claim
                                          first, if queued */
     int bare;                         /* send_msg: no queued gossip */
-    int left;                         /* this node has left */
     const char *sender;               /* from_addr of the message being
                                          handled, while it is */
     int ask;                          /* its sender is a stranger here:
@@ -369,14 +368,12 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     if (give) { /* asked for: this node's current claim, whatever is queued */
         const struct mb_member *self = mb_self(mb);
         own.id = self->id;
-        own.state = sw->left ? MB_LEFT : MB_ALIVE;
+        own.state = MB_ALIVE; /* a node that left receives nothing */
         own.inc = self->inc;
         own.from = self->id;
-        if (!sw->left) {
-            own.addr = (char *)self->addr;
-            own.meta = self->meta;
-            own.meta_len = self->meta_len;
-        }
+        own.addr = (char *)self->addr;
+        own.meta = self->meta;
+        own.meta_len = self->meta_len;
         own.size = claim_size(&own);
         if (own.size <= room) {
             fill_claim(&sm[n], &own);
@@ -1242,7 +1239,6 @@ static int sw_leave(struct mb *mb, uint64_t now)
 {
     (void)now;
     struct mb_member *self = mb_self(mb), *to[16];
-    SW(mb)->left = 1;
     mb_set_state(mb, self, MB_ALIVE, self->inc + 1);
     enqueue(mb, self->id, MB_LEFT, self->inc, NULL, NULL, 0, self->id);
     uint32_t k = 2 * mb_cfg(mb)->gossip_nodes;
