@@ -942,7 +942,7 @@ static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
     struct mb_member *from = mb_find(mb, msg->from);
     int dead = from && from->state == MB_DEAD;
     if (!sw->doubted && !dead && !sw->ask && !sw->give) return;
-    sw->lead_self = sw->doubted;
+    sw->lead_self = sw->doubted || dead; /* not for a mere ask */
     sw->doubted = 0;
     send_gossip_to(mb, msg->from_addr, from);
     sw->lead_self = 0;
