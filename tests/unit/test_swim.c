@@ -403,6 +403,46 @@ static void test_refused_send_keeps_claims(void **state)
     mb_destroy(mb);
 }
 
+/* mb_ask: the daemon's hello with a node is done but gossip has not
+ * brought its claim. One gossip-only message goes there with want_claim;
+ * the node's answer (its own claim) makes it a member. Nothing once this
+ * node has left, and nothing from a backend without the op. */
+static void test_ask_brings_claim(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    mb_ask(mb, "sim://7");
+    assert_int_equal(c.n, 1);
+    assert_string_equal(c.to[0], "sim://7");
+    Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c.len[0], c.buf[0]);
+    assert_non_null(m);
+    assert_int_equal(m->body_case, KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY);
+    assert_true(m->want_claim);
+    kvtier__swim_msg__free_unpacked(m, NULL);
+    cap_clear(&c);
+    assert_null(mb_find(mb, 7));
+    char a[] = "sim://7";
+    Kvtier__SwimMember cl, *cp = &cl;
+    claim(&cl, 7, MB_ALIVE, 5, 7, a);
+    feed(mb, 7, &cp, 1, 0, 0);
+    assert_non_null(mb_find(mb, 7));
+    assert_int_equal(mb_find(mb, 7)->state, MB_ALIVE);
+    assert_int_equal(mb_find(mb, 7)->inc, 5);
+    mb_ask(mb, ""); /* no address: nothing */
+    assert_int_equal(c.n, 0);
+    assert_int_equal(mb_leave(mb), 0);
+    cap_clear(&c);
+    mb_ask(mb, "sim://8");
+    assert_int_equal(c.n, 0);
+    mb_destroy(mb);
+    struct mb *bare = one(&c, &bare_ops);
+    mb_ask(bare, "sim://8");
+    assert_int_equal(c.n, 0);
+    mb_destroy(bare);
+    cap_clear(&c);
+}
+
 /* Lifeguard: independent confirmations bring the death sooner than one
  * lone suspicion (virtual time; compared, not timed). */
 static uint64_t death_after(int confirmers)
@@ -962,6 +1002,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_piggyback_bounded),
         cmocka_unit_test(test_refused_send_keeps_claims),
+        cmocka_unit_test(test_ask_brings_claim),
         cmocka_unit_test(test_confirmations_shorten_suspicion),
         cmocka_unit_test(test_new_member_joins_round),
         cmocka_unit_test(test_nack_in_time),

@@ -1027,7 +1027,8 @@ static void mb_drive(struct cl_ctx *d)
  * our UCX identity. Joins also go to members held dead until they are
  * reaped: a dead member may have restarted knowing nobody (no seeds), and
  * a Join is the one message it accepts from us. Nothing to members that
- * left. */
+ * left. A member whose hello is done but whom the backend does not hold
+ * (the join gossip missed this node) is asked for its claim (mb_ask). */
 static void hello_tick(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
@@ -1040,6 +1041,8 @@ static void hello_tick(struct cl_ctx *d)
         if (m->gone || (m->mbm && !live && m->mbm->state == MB_LEFT)) continue;
         if (!hello_done(c, m) || (m->mbm && !live)) send_join(d, m);
         else if (c->pt && !m->ucx_acked) send_heartbeat(d, m);
+        /* hello done, yet the backend has not heard of it: ask it */
+        if (c->mb && !m->mbm && hello_done(c, m)) mb_ask(c->mb, m->addr);
     }
 }
 

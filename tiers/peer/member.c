@@ -420,6 +420,11 @@ int mb_join(struct mb *mb, const char *const *seeds, size_t n)
     return mb->ops->join ? mb->ops->join(mb, seeds, n, mb_now(mb)) : 0;
 }
 
+void mb_ask(struct mb *mb, const char *addr)
+{
+    if (!mb->left && mb->ops->ask) mb->ops->ask(mb, addr);
+}
+
 void mb_tick(struct mb *mb, uint64_t now_ms)
 {
     if (!mb->left && mb->ops->tick) mb->ops->tick(mb, now_ms);

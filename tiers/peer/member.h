@@ -177,6 +177,10 @@ struct mb_ops {
     void (*meta_changed)(struct mb *mb, uint64_t now_ms);
     /* The next time tick has work (absolute ms); NULL: poll. */
     uint64_t (*next_tick)(struct mb *mb);
+    /* The caller talks to a node at addr that this table does not hold
+     * (its own hello with it is done): ask it for its claim. NULL: the
+     * backend learns members otherwise (etcd). */
+    void (*ask)(struct mb *mb, const char *addr);
 };
 
 /* ---------------------------------------------------------- caller side */
@@ -189,6 +193,9 @@ struct mb *mb_create(const struct mb_ops *ops, const struct mb_config *cfg,
 void mb_destroy(struct mb *mb);
 
 int mb_join(struct mb *mb, const char *const *seeds, size_t n);
+/* Ask the node at addr, which this table does not hold, for its claim
+ * (ops->ask); nothing after a leave or without the op. */
+void mb_ask(struct mb *mb, const char *addr);
 void mb_tick(struct mb *mb, uint64_t now_ms);
 void mb_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx_ms);
 int mb_leave(struct mb *mb);

@@ -495,6 +495,22 @@ static void send_gossip(struct mb *mb, const struct mb_member *to)
     send_gossip_to(mb, to->addr, to);
 }
 
+/* The daemon's hello with addr is done but gossip has not brought its
+ * claim here: one gossip-only message asks for it (want_claim), answered
+ * as a stranger's ask is. Without it, a member the join gossip missed
+ * waited for the newcomer's next probe of it (a whole round, N periods)
+ * or a push-pull sync. */
+static void sw_ask(struct mb *mb, const char *addr)
+{
+    struct swim *sw = SW(mb);
+    if (!addr || !addr[0] || strlen(addr) >= MB_ADDR_MAX) return;
+    sw->sender = addr;
+    sw->ask = 1;
+    send_gossip_to(mb, addr, NULL);
+    sw->sender = NULL;
+    sw->ask = 0;
+}
+
 static void member_claim(Kvtier__SwimMember *sm, const struct mb_member *m, uint32_t self)
 {
     kvtier__swim_member__init(sm);
@@ -1265,4 +1281,5 @@ const struct mb_ops swim_ops = {
     .leave = sw_leave,
     .meta_changed = sw_meta_changed,
     .next_tick = sw_next_tick,
+    .ask = sw_ask,
 };
