@@ -610,6 +610,91 @@ static int sent_claim(struct cap *c, const char *to, uint32_t id, int state, uin
     return seen;
 }
 
+/* A member that gossip missed is learned from the member itself: a
+ * message from a stranger (here a Ping) is answered with want_claim; the
+ * stranger's answer carries its whole claim (incarnation and metadata),
+ * which the sender's address alone would not. Asked itself, a node
+ * answers with its own claim. */
+static void test_stranger_asked_for_its_claim(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    char a[16] = "sim://2";
+    Kvtier__SwimMember cl[1], *cp[1] = {&cl[0]};
+    claim(&cl[0], 2, MB_ALIVE, 1, 2, a);
+    feed(mb, 2, cp, 1, 0, 0);
+    cap_clear(&c);
+    /* Stranger 50 pings this node: the Ack asks for its claim. */
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimPing p = KVTIER__SWIM_PING__INIT;
+    p.target = 1;
+    p.seq = 9;
+    msg.from = 50;
+    msg.from_addr = "sim://50";
+    msg.body_case = KVTIER__SWIM_MSG__BODY_PING;
+    msg.ping = &p;
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = malloc(len);
+    kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len, 0);
+    free(buf);
+    assert_null(mb_find(mb, 50));
+    assert_int_equal(c.n, 1);
+    assert_string_equal(c.to[0], "sim://50");
+    Kvtier__SwimMsg *r = kvtier__swim_msg__unpack(NULL, c.len[0], c.buf[0]);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, KVTIER__SWIM_MSG__BODY_ACK);
+    assert_true(r->want_claim);
+    kvtier__swim_msg__free_unpacked(r, NULL);
+    cap_clear(&c);
+    /* Its answer: its own claim, metadata included. */
+    uint8_t meta[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    char a50[16] = "sim://50";
+    claim(&cl[0], 50, MB_ALIVE, 7, 50, a50);
+    cl[0].meta = (ProtobufCBinaryData){sizeof meta, meta};
+    feed(mb, 50, cp, 1, 0, 0);
+    struct mb_member *m = mb_find(mb, 50);
+    assert_non_null(m);
+    assert_int_equal(m->state, MB_ALIVE);
+    assert_int_equal(m->inc, 7);
+    assert_int_equal(m->meta_len, 8);
+    assert_memory_equal(m->meta, meta, 8);
+    assert_int_equal(c.n, 0); /* known now: nothing more asked */
+    /* Asked by member 2: this node answers with its own claim at once. */
+    Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
+    Kvtier__SwimMsg q = KVTIER__SWIM_MSG__INIT;
+    q.from = 2;
+    q.from_addr = a;
+    q.want_claim = 1;
+    q.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
+    q.gossip_only = &g;
+    len = kvtier__swim_msg__get_packed_size(&q);
+    buf = malloc(len);
+    kvtier__swim_msg__pack(&q, buf);
+    mb_receive(mb, buf, len, 0);
+    free(buf);
+    assert_true(sent_claim(&c, "sim://2", 1, MB_ALIVE, 100));
+    cap_clear(&c);
+    /* A stranger whose own claim is refused (no address) is not asked:
+     * no exchange without end. */
+    char none[1] = "";
+    claim(&cl[0], 60, MB_ALIVE, 1, 60, none);
+    feed(mb, 60, cp, 1, 0, 0);
+    assert_null(mb_find(mb, 60));
+    assert_int_equal(c.n, 0);
+    /* Once it has left it answers nothing: never an alive claim. */
+    assert_int_equal(mb_leave(mb), 0);
+    cap_clear(&c);
+    len = kvtier__swim_msg__get_packed_size(&q);
+    buf = malloc(len);
+    kvtier__swim_msg__pack(&q, buf);
+    mb_receive(mb, buf, len, 0);
+    free(buf);
+    assert_int_equal(c.n, 0);
+    mb_destroy(mb);
+}
+
 /* After a partition heals, each side holds the other dead and routes no
  * gossip to it. A member held dead is poked every period ("you are dead
  * here"), even when it is the only dead one among many; told so, it
@@ -881,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_new_member_joins_round),
         cmocka_unit_test(test_nack_in_time),
         cmocka_unit_test(test_dead_member_poked_and_answered),
+        cmocka_unit_test(test_stranger_asked_for_its_claim),
         cmocka_unit_test(test_suspect_checked_soon),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),

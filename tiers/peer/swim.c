@@ -50,6 +50,10 @@
  * sync to the seeds, repeated until some table arrives (gossip alone is
  * not enough: a restarted node is pinged by members that knew its
  * previous life).
+ * Strangers ask: a message from a member unknown here that carries no
+ * claim about it gets want_claim on the reply, and the sender answers
+ * with its own claim -- a member the join gossip missed learns
+ * the newcomer when they first speak, not at the next push-pull sync.
  * Leave = a left claim gossiped to several members at once. Dead and left
  * members are reaped after reap_ms.
  *
@@ -127,6 +131,14 @@ struct swim {
     int lead_self;                    /* send_msg: this node's own claim
                                          first, if queued */
     int bare;                         /* send_msg: no queued gossip */
+    const char *sender;               /* from_addr of the message being
+                                         handled, while it is */
+    int ask;                          /* its sender is a stranger here:
+                                         the next message to it asks for
+                                         its claim (want_claim) */
+    int give;                         /* its sender asked for this node's
+                                         claim: the next message to it
+                                         carries it */
 };
 
 static void *xalloc(void *p, size_t sz)
@@ -329,8 +341,9 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     msg->from_addr = (char *)mb_self(mb)->addr;
     size_t room = kvtier__swim_msg__get_packed_size(msg);
     room = room < cfg->max_msg_bytes ? cfg->max_msg_bytes - room : 0;
-    /* Each claim packs into at least 3 bytes: room / 3 bounds them. */
-    size_t cap = (sw->nq < room / 3 ? sw->nq : room / 3) + 1, n = 0;
+    /* Each claim packs into at least 3 bytes: room / 3 bounds them; the
+     * buddy and this node's own claim come on top. */
+    size_t cap = (sw->nq < room / 3 ? sw->nq : room / 3) + 2, n = 0;
     Kvtier__SwimMember *sm = xalloc(NULL, cap * sizeof *sm);
     Kvtier__SwimMember **sp = xalloc(NULL, cap * sizeof *sp);
     struct claim buddy = {.addr = no_addr};
@@ -348,7 +361,30 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
         }
     }
     uint32_t lim = retransmits(mb), mark = ++sw->msgno;
-    for (size_t i = 0; sw->lead_self && i < sw->nq; i++) {
+    int to_sender = sw->sender && !strcmp(addr, sw->sender);
+    int give = to_sender && sw->give, asked = to_sender && sw->ask;
+    msg->want_claim = asked;
+    struct claim own = {.addr = no_addr};
+    if (give) { /* asked for: this node's current claim, whatever is queued */
+        const struct mb_member *self = mb_self(mb);
+        own.id = self->id;
+        own.state = MB_ALIVE; /* a node that left receives nothing */
+        own.inc = self->inc;
+        own.from = self->id;
+        own.addr = (char *)self->addr;
+        own.meta = self->meta;
+        own.meta_len = self->meta_len;
+        own.size = claim_size(&own);
+        if (own.size <= room) {
+            fill_claim(&sm[n], &own);
+            sp[n] = &sm[n];
+            n++;
+            room -= own.size;
+        } else {
+            give = 0;
+        }
+    }
+    for (size_t i = 0; sw->lead_self && !give && i < sw->nq; i++) {
         struct claim *c = &sw->q[i];
         if (c->id != mb_self(mb)->id || c->size > room) continue;
         fill_claim(&sm[n], c);
@@ -373,7 +409,9 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
         if (sw->q[i].tx < lim) ord[at[sw->q[i].tx]++] = (uint32_t)i;
     for (size_t k = 0; k < nord && room > 8 && !sw->bare; k++) {
         struct claim *c = &sw->q[ord[k]];
-        if (c->mark == mark || c->size > room || (buddy.size && c->id == buddy.id)) continue;
+        if (c->mark == mark || c->size > room || (buddy.size && c->id == buddy.id) ||
+            (give && c->id == own.id))
+            continue;
         fill_claim(&sm[n], c);
         sp[n] = &sm[n];
         n++;
@@ -390,9 +428,14 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     kvtier__swim_msg__pack(msg, buf);
     /* A send the transport refused (a member whose hello is not done) did
      * not carry its claims: they keep their count and go out later. */
-    if (mb_send(mb, addr, buf, len, t) != 0)
+    if (mb_send(mb, addr, buf, len, t) != 0) {
         for (size_t i = 0; i < sw->nq; i++)
             if (sw->q[i].mark == mark) sw->q[i].tx--;
+    } else {
+        if (give) sw->give = 0;
+        if (asked) sw->ask = 0;
+    }
+    msg->want_claim = 0;
     free(buf);
     free(sm);
     free(sp);
@@ -898,11 +941,27 @@ static void answer_doubt(struct mb *mb, const Kvtier__SwimMsg *msg)
     struct swim *sw = SW(mb);
     struct mb_member *from = mb_find(mb, msg->from);
     int dead = from && from->state == MB_DEAD;
-    if (!sw->doubted && !dead) return;
+    if (!sw->doubted && !dead && !sw->ask && !sw->give) return;
+    sw->lead_self = sw->doubted || dead; /* not for a mere ask */
     sw->doubted = 0;
-    sw->lead_self = 1;
     send_gossip_to(mb, msg->from_addr, from);
     sw->lead_self = 0;
+}
+
+/* A message from a member this node does not know, carrying no claim
+ * about it: ask it for its claim. Gossip reaches nearly everyone, but not
+ * always, and a member it missed hears of the newcomer only from a
+ * push-pull sync (minutes apart at fleet size) -- although the newcomer
+ * itself talks to it: probes, ping-reqs, gossip. The sender's address
+ * alone lacks its incarnation and metadata, so one message asks
+ * (want_claim, on whatever goes back first) and the answer carries the
+ * whole claim. A sync brings the sender's claim itself. */
+static int stranger(struct mb *mb, const Kvtier__SwimMsg *msg)
+{
+    if (msg->body_case == KVTIER__SWIM_MSG__BODY_SYNC || mb_find(mb, msg->from)) return 0;
+    for (size_t i = 0; i < msg->n_gossip; i++)
+        if (msg->gossip[i]->id == msg->from) return 0; /* applied or refused */
+    return 1;
 }
 
 static enum mb_msg msg_type(const Kvtier__SwimMsg *msg)
@@ -941,8 +1000,12 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
         return;
     }
     mb_count_rx(mb, msg_type(msg), len);
-    SW(mb)->doubted = 0;
+    struct swim *sw = SW(mb);
+    sw->doubted = 0;
     for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
+    sw->sender = msg->from_addr;
+    sw->ask = stranger(mb, msg);
+    sw->give = msg->want_claim;
     switch (msg->body_case) {
     case KVTIER__SWIM_MSG__BODY_PING: on_ping(mb, msg); break;
     case KVTIER__SWIM_MSG__BODY_PING_REQ: on_ping_req(mb, msg, rx); break;
@@ -952,6 +1015,8 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
     default: break;
     }
     answer_doubt(mb, msg);
+    sw->sender = NULL;
+    sw->ask = sw->give = 0;
     kvtier__swim_msg__free_unpacked(msg, NULL);
 }
 
