@@ -16,7 +16,6 @@ N=${1:-20}
 SETTLE=${2:-20}
 BIN=$(realpath "${3:-build/bin/kvtierd}")
 dir=$(mktemp -d /tmp/kvt-conns.XXXXXX)
-base=$((10000 + RANDOM % 20000)) # below the ephemeral ports (32768-) the daemons dial from
 pids=()
 cleanup() {
     kill -9 "${pids[@]}" 2>/dev/null
@@ -25,17 +24,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 export UCX_TLS=${UCX_TLS:-tcp}
-for i in $(seq 1 "$N"); do
-    d=$dir/n$i
-    mkdir -p "$d"
-    seed=""
-    [ "$i" -gt 1 ] && seed="tcp://127.0.0.1:$((base + 1))"
-    "$BIN" --socket "ipc://$d/s" --state-dir "$d" --pool-path "$d/pool" --pool-bytes 16M \
-        --metrics.listen 127.0.0.1:0 \
-        --cluster.node_id "$i" --cluster.listen "tcp://127.0.0.1:$((base + i))" \
-        --cluster.seeds "$seed" --cluster.insecure 1 ${EXTRA:-} >"$d/log" 2>&1 &
-    pids+=($!)
-done
+. "$(dirname "$0")/fleet_start.sh"
+# shellcheck disable=SC2086 # EXTRA is a list of arguments
+fleet_start "$N" "$BIN" "$dir" ${EXTRA:-}
 sleep "$SETTLE"
 alive=0
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done

@@ -12,21 +12,11 @@ N=${1:-60}
 SETTLE=${2:-25}
 BIN=$(realpath "${3:-build/bin/kvtierd}")
 dir=$(mktemp -d /tmp/kvt-shut.XXXXXX)
-base=$((10000 + RANDOM % 20000)) # below the ephemeral ports (32768-) the daemons dial from
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
-for i in $(seq 1 "$N"); do
-    d=$dir/n$i
-    mkdir -p "$d"
-    seed=""
-    [ "$i" -gt 1 ] && seed="tcp://127.0.0.1:$((base + 1))"
-    "$BIN" --socket "ipc://$d/s" --state-dir "$d" --pool-path "$d/pool" --pool-bytes 16M \
-        --metrics.listen 127.0.0.1:0 --cluster.node_id "$i" \
-        --cluster.listen "tcp://127.0.0.1:$((base + i))" --cluster.seeds "$seed" \
-        --cluster.insecure 1 >"$d/log" 2>&1 &
-    pids+=($!)
-done
+. "$(dirname "$0")/fleet_start.sh"
+fleet_start "$N" "$BIN" "$dir"
 sleep "$SETTLE"
 ticks() { # utime + stime of every daemon, in clock ticks
     local t=0
