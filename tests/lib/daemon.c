@@ -191,7 +191,11 @@ void td_cleanup(struct tdaemon *d)
 {
     char cmd[400];
     if (d->pid > 0) td_stop(d);
-    if (d->pool[0]) unlink(d->pool);
+    if (d->pool[0]) { /* and the per-tenant pools beside it, <pool>.<tenant> */
+        unlink(d->pool);
+        snprintf(cmd, sizeof cmd, "rm -f '%s'.*", d->pool);
+        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s.*\n", d->pool);
+    }
     if (getenv("KVT_KEEP_LOGS")) return;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
     if (d->dir[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", d->dir);
