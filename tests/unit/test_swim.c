@@ -113,6 +113,33 @@ static void claim(Kvtier__SwimMember *c, uint32_t id, int st, uint64_t inc, uint
     c->addr = addr;
 }
 
+/* n members, ids 2..n+1 at sim://<id>, alive at incarnation 3, fed to mb
+ * at once from node 2; the claims stay usable for more feeds. */
+struct crowd {
+    Kvtier__SwimMember *cl, **cp;
+    char (*addr)[32];
+};
+
+static struct crowd crowd_feed(struct mb *mb, uint32_t n)
+{
+    struct crowd w = {calloc(n, sizeof *w.cl), calloc(n, sizeof *w.cp), calloc(n, 32)};
+    assert_true(w.cl && w.cp && w.addr);
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(w.addr[i], 32, "sim://%u", (unsigned)i + 2);
+        claim(&w.cl[i], i + 2, MB_ALIVE, 3, i + 2, w.addr[i]);
+        w.cp[i] = &w.cl[i];
+    }
+    feed(mb, 2, w.cp, n, 0, 0);
+    return w;
+}
+
+static void crowd_free(struct crowd *w)
+{
+    free(w->cl);
+    free(w->cp);
+    free(w->addr);
+}
+
 /* ------------------------------------------------------- member table */
 
 static const struct mb_ops bare_ops = {.name = "bare"};
@@ -331,14 +358,7 @@ static void test_piggyback_bounded(void **state)
     struct cap c = {0};
     struct mb *mb = one(&c, &swim_ops);
     enum { N = 300 };
-    Kvtier__SwimMember *cl = calloc(N, sizeof *cl), **cp = calloc(N, sizeof *cp);
-    char (*addr)[32] = calloc(N, 32);
-    for (uint32_t i = 0; i < N; i++) {
-        snprintf(addr[i], 32, "sim://%u", (unsigned)i + 2);
-        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
-        cp[i] = &cl[i];
-    }
-    feed(mb, 2, cp, N, 0, 0);
+    struct crowd w = crowd_feed(mb, N);
     assert_int_equal(mb_count(mb), N);
     size_t max = mb_cfg(mb)->max_msg_bytes, gossiped = 0;
     for (int t = 0; t < 40; t++) {
@@ -354,9 +374,7 @@ static void test_piggyback_bounded(void **state)
         cap_clear(&c);
     }
     assert_true(gossiped >= N); /* every claim went out at least once */
-    free(cl);
-    free(cp);
-    free(addr);
+    crowd_free(&w);
     mb_destroy(mb);
 }
 
@@ -746,14 +764,9 @@ static void test_dead_member_poked_and_answered(void **state)
     struct cap c = {0};
     struct mb *mb = one(&c, &swim_ops);
     enum { N = 300 };
-    Kvtier__SwimMember *cl = calloc(N, sizeof *cl), **cp = calloc(N, sizeof *cp);
-    char (*addr)[32] = calloc(N, 32);
-    for (uint32_t i = 0; i < N; i++) {
-        snprintf(addr[i], 32, "sim://%u", (unsigned)i + 2);
-        claim(&cl[i], i + 2, MB_ALIVE, 3, i + 2, addr[i]);
-        cp[i] = &cl[i];
-    }
-    feed(mb, 2, cp, N, 0, 0);
+    struct crowd w = crowd_feed(mb, N);
+    Kvtier__SwimMember *cl = w.cl, **cp = w.cp;
+    char (*addr)[32] = w.addr;
     /* Member 200 died here (through a partition, say). */
     claim(&cl[0], 200, MB_DEAD, 3, 5, addr[198]);
     feed(mb, 5, cp, 1, 0, 0);
@@ -793,9 +806,7 @@ static void test_dead_member_poked_and_answered(void **state)
     feed(mb, 200, cp, 1, 0, c.now);
     assert_int_equal(mb_find(mb, 200)->state, MB_ALIVE);
     assert_int_equal(c.n, 0);
-    free(cl);
-    free(cp);
-    free(addr);
+    crowd_free(&w);
     mb_destroy(mb);
 }
 

@@ -330,6 +330,19 @@ static void fill_claim(Kvtier__SwimMember *sm, const struct claim *c)
 
 /* ------------------------------------------------------------- sending */
 
+/* Put queued claim c in message slot *n (it fits in *room), counted as
+ * sent in message `mark`. */
+static void take_claim(Kvtier__SwimMember *sm, Kvtier__SwimMember **sp, size_t *n,
+                       size_t *room, struct claim *c, uint32_t mark)
+{
+    fill_claim(&sm[*n], c);
+    sp[*n] = &sm[*n];
+    (*n)++;
+    *room -= c->size;
+    c->tx++;
+    c->mark = mark;
+}
+
 /* Pack msg with as much gossip as fits and send it. `about`: a member
  * this node holds suspect/dead gets that claim first (buddy system). */
 static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum mb_msg t,
@@ -387,12 +400,7 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     for (size_t i = 0; sw->lead_self && !give && i < sw->nq; i++) {
         struct claim *c = &sw->q[i];
         if (c->id != mb_self(mb)->id || c->size > room) continue;
-        fill_claim(&sm[n], c);
-        sp[n] = &sm[n];
-        n++;
-        room -= c->size;
-        c->tx++;
-        c->mark = mark;
+        take_claim(sm, sp, &n, &room, c, mark);
     }
     /* Least-sent first, in queue order among equals: a counting sort by
      * send count, O(nq) a message -- the queue holds one claim per changed
@@ -412,12 +420,7 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
         if (c->mark == mark || c->size > room || (buddy.size && c->id == buddy.id) ||
             (give && c->id == own.id))
             continue;
-        fill_claim(&sm[n], c);
-        sp[n] = &sm[n];
-        n++;
-        room -= c->size;
-        c->tx++;
-        c->mark = mark;
+        take_claim(sm, sp, &n, &room, c, mark);
     }
     free(ord);
     free(at);
