@@ -141,6 +141,27 @@ def thread_ticks(pids):
     return out
 
 
+def thread_switches(pids):
+    """Context switches (voluntary + not) summed by thread name over the
+    threads of pids: how often each thread woke, whatever the load."""
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                    st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+            except OSError:
+                continue
+            name = re.sub(r"\d+$", "#", st["Name"].strip())
+            n = int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 def rss_kib(pid):
     try:
         with open("/proc/%d/statm" % pid) as f:
@@ -435,6 +456,7 @@ def run_one(args, N, backend, etcd=None):
     m0 = dict((n.id, m) for n, m in f.scrape_all(nodes))
     c0 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
     th0 = thread_ticks([n.proc.pid for n in nodes])
+    sw0 = thread_switches([n.proc.pid for n in nodes])
     e0 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec0 = etcd_counters(etcd["url"]) if etcd else None
     w0 = now()
@@ -442,6 +464,7 @@ def run_one(args, N, backend, etcd=None):
     w1 = now()
     c1 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
     th1 = thread_ticks([n.proc.pid for n in nodes])
+    sw1 = thread_switches([n.proc.pid for n in nodes])
     e1 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec1 = etcd_counters(etcd["url"]) if etcd else None
     m1 = dict((n.id, m) for n, m in f.scrape_all(nodes))
@@ -499,6 +522,10 @@ def run_one(args, N, backend, etcd=None):
     th = sorted(((v - th0.get(k, 0), k) for k, v in th1.items()), reverse=True)
     print("  idle CPU by thread name, all daemons, %% of a core: %s" % ", ".join(
         "%s %.2f" % (k, 100.0 * v / HZ / secs) for v, k in th[:6] if v > 0))
+    sw = sorted(((v - sw0.get(k, 0), k) for k, v in sw1.items()), reverse=True)
+    res["wakes"] = dict((k, v / secs / len(ok)) for v, k in sw)
+    print("  idle wakeups by thread name, per daemon per second: %s" % ", ".join(
+        "%s %.1f" % (k, v / secs / len(ok)) for v, k in sw[:6] if v > 0))
     print("  per daemon: fds %.1f (max %d), RSS %.1f MiB (max %.1f), threads %.1f" % (
         res["fds"], max(fds), res["rss"], max(rss) / 1024.0, sum(thr) / len(thr)))
     if etcd:

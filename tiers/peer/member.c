@@ -449,6 +449,13 @@ uint64_t mb_next_tick(struct mb *mb)
     return mb_now(mb) + 10;
 }
 
+int mb_wake(struct mb *mb)
+{
+    if (!mb->cfg.env.wake) return 0;
+    mb->cfg.env.wake(mb->cfg.env.ctx);
+    return 1;
+}
+
 int mb_set_meta(struct mb *mb, const void *meta, size_t len)
 {
     if (len > MB_META_MAX) return -1;
