@@ -75,7 +75,8 @@ struct et {
     pthread_t thr;
     int started;
     volatile int stop;     /* set by the owning thread */
-    pthread_mutex_t mtx;   /* guards q_*, val, vlen, reput, bad */
+    pthread_mutex_t mtx;   /* guards q_*, val, vlen, reput, bad, watch */
+    struct ec_watch *watch; /* the worker's open watch: stop wakes it */
     struct et_ev *q_head, *q_tail;
     uint32_t q_len;
     int q_lost;            /* events dropped: the worker resyncs */
@@ -309,6 +310,9 @@ static int session(struct et *e, struct ec *ec, char *err, size_t errlen)
     push(e, ev_new(ET_SNAP_END, rev));
     struct ec_watch *w = ec_watch_open(ec, e->prefix, rev + 1, on_kv, e, err, errlen);
     if (!w) return -1;
+    pthread_mutex_lock(&e->mtx);
+    e->watch = w;
+    pthread_mutex_unlock(&e->mtx);
     push(e, ev_new(ET_UP, rev));
     long every = (long)e->lease_s * 1000 / 3;
     int rc;
@@ -317,6 +321,9 @@ static int session(struct et *e, struct ec *ec, char *err, size_t errlen)
             rc = -1;
             break;
         }
+    pthread_mutex_lock(&e->mtx);
+    e->watch = NULL;
+    pthread_mutex_unlock(&e->mtx);
     ec_watch_close(w);
     return rc;
 }
@@ -531,7 +538,10 @@ static int et_open(struct mb *mb)
 static void stop_worker(struct et *e)
 {
     if (!e->started) return;
+    pthread_mutex_lock(&e->mtx);
     e->stop = 1;
+    if (e->watch) ec_watch_wakeup(e->watch); /* it sleeps until the keepalive */
+    pthread_mutex_unlock(&e->mtx);
     pthread_join(e->thr, NULL);
     e->started = 0;
 }
