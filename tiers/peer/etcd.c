@@ -441,18 +441,7 @@ static void apply(struct et *e, struct et_ev *ev)
  * does. Only tick() changes states, so it stays right until the next. */
 static void reap(struct et *e, uint64_t now)
 {
-    uint64_t keep = mb_cfg(e->mb)->reap_ms;
-    e->next_reap = UINT64_MAX;
-    for (size_t i = 0; i < mb_count(e->mb);) {
-        struct mb_member *m = mb_at(e->mb, i);
-        int down = m->state == MB_DEAD || m->state == MB_LEFT;
-        if (down && now - m->since_ms >= keep) {
-            mb_remove(e->mb, m); /* the last one moves into slot i */
-            continue;
-        }
-        if (down && m->since_ms + keep < e->next_reap) e->next_reap = m->since_ms + keep;
-        i++;
-    }
+    e->next_reap = mb_reap(e->mb, now);
 }
 
 static void et_tick(struct mb *mb, uint64_t now)

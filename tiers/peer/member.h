@@ -259,6 +259,10 @@ int mb_update(struct mb *mb, struct mb_member *m, const char *addr,
               const void *meta, size_t meta_len);
 /* Free m (MB_EV_GONE first). m is invalid afterwards. */
 void mb_remove(struct mb *mb, struct mb_member *m);
+/* Remove the members DEAD or LEFT for cfg.reap_ms by now; returns when the
+ * next one is due (UINT64_MAX: none). A state set during the same tick
+ * may carry a since_ms after now (the clock moved on): its age is 0. */
+uint64_t mb_reap(struct mb *mb, uint64_t now_ms);
 /* A service backend sets the epoch (its revision); swim never calls it. */
 void mb_set_epoch(struct mb *mb, uint64_t epoch);
 
