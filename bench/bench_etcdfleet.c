@@ -20,6 +20,7 @@
  * Exit 77 when etcd is not installed; 1 when a size could not run.
  */
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,12 +267,22 @@ static int run(int n)
     return join < 0 || leave < 0 || crash < 0;
 }
 
+/* A bench stopped by its timeout takes its etcd with it. */
+static void on_term(int sig)
+{
+    if (E.pid > 0) kill(E.pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv)
 {
     int sizes[16], ns = 0, rc = 0;
     for (int i = 1; i < argc && ns < 16; i++) sizes[ns++] = atoi(argv[i]);
     if (!ns) sizes[ns++] = 100, sizes[ns++] = 300, sizes[ns++] = 1000;
     log_set_level(LOG_ERROR);
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
     if (te_init(&E, "etcdfleet") != 0 || te_start(&E, PREFIX) != 0) {
         fprintf(stderr, "bench_etcdfleet: etcd did not start\n");
         return 1;
