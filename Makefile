@@ -151,6 +151,11 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(INTERNAL_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) -lhiredis
 
+# The etcd fleet bench starts a real etcd with the tests' helper.
+$(BUILD)/bench/bench_etcdfleet: $(BUILD)/obj/bench/bench_etcdfleet.o $(TEST_HELP) $(INTERNAL_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LIBS) $(DAEMON_LIBS) $(TEST_LIBS)
+
 -include cuda/cuda.mk
 
 # ---------------------------------------------------------------- fuzzing

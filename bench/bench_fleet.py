@@ -141,6 +141,27 @@ def thread_ticks(pids):
     return out
 
 
+def thread_switches(pids):
+    """Context switches (voluntary + not) summed by thread name over the
+    threads of pids: how often each thread woke, whatever the load."""
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                    st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+            except OSError:
+                continue
+            name = re.sub(r"\d+$", "#", st["Name"].strip())
+            n = int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 def rss_kib(pid):
     try:
         with open("/proc/%d/statm" % pid) as f:
@@ -166,7 +187,8 @@ def n_threads(pid):
 # ----------------------------------------------------------------- metrics
 
 METRIC = re.compile(r'^(kvtier_peers|kvtier_cluster_membership_(?:messages|bytes)_total|'
-                    r'kvtier_cluster_(?:suspicions|refutations|false_deaths)_total)'
+                    r'kvtier_cluster_(?:suspicions|refutations|false_deaths)_total|'
+                    r'kvtier_index_entries_moved_total)'
                     r'(?:\{([^}]*)\})? (\d+)$', re.M)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -385,6 +407,46 @@ def by_type(m0, m1, key, secs, n):
 
 # ------------------------------------------------------------------ phases
 
+def load_keys(f, nodes, k):
+    """k chunks of 4 KiB put on each node (the Python client over the build's
+    libkvtier): what the global index then publishes to their owners."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(top, "client", "python"))
+    os.environ.setdefault("KVTIER_LIB", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(f.a.kvtierd))), "lib", "libkvtier.so"))
+    import kvtier  # noqa: E402 -- only when keys are asked for
+    for n in nodes:
+        with kvtier.Client("ipc://" + n.sock, timeout_ms=10000) as c:
+            for b in range(0, k, 32):
+                keys = [os.urandom(32) for _ in range(min(32, k - b))]
+                c.put("bench/fleet", keys, [os.urandom(4096) for _ in keys])
+
+
+def moved(f, nodes):
+    """kvtier_index_entries_moved_total summed over nodes (None if any is
+    missing)."""
+    tot = 0
+    for _, m in f.scrape_all(nodes):
+        if m is None or "entries" not in m:
+            return None
+        tot += m["entries"]
+    return tot
+
+
+def settle_moves(f, nodes_fn, limit):
+    """The moved total once it has not changed for 2 s (the planner's passes
+    are debounced), or the last seen after limit s."""
+    last, since, t0 = moved(f, nodes_fn()), now(), now()
+    while now() - t0 < limit:
+        time.sleep(0.25)
+        v = moved(f, nodes_fn())
+        if v != last:
+            last, since = v, now()
+        elif now() - since >= 2:
+            break
+    return last
+
+
 def run_one(args, N, backend, etcd=None):
     print("\n== %s, N = %d (load average %s, %s UTC)" % (
         backend, N, loadavg(), time.strftime("%H:%M:%S", time.gmtime())))
@@ -435,6 +497,7 @@ def run_one(args, N, backend, etcd=None):
     m0 = dict((n.id, m) for n, m in f.scrape_all(nodes))
     c0 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
     th0 = thread_ticks([n.proc.pid for n in nodes])
+    sw0 = thread_switches([n.proc.pid for n in nodes])
     e0 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec0 = etcd_counters(etcd["url"]) if etcd else None
     w0 = now()
@@ -442,6 +505,7 @@ def run_one(args, N, backend, etcd=None):
     w1 = now()
     c1 = {n.id: cpu_ticks(n.proc.pid) for n in nodes}
     th1 = thread_ticks([n.proc.pid for n in nodes])
+    sw1 = thread_switches([n.proc.pid for n in nodes])
     e1 = cpu_ticks(etcd["proc"].pid) if etcd else None
     ec1 = etcd_counters(etcd["url"]) if etcd else None
     m1 = dict((n.id, m) for n, m in f.scrape_all(nodes))
@@ -499,6 +563,10 @@ def run_one(args, N, backend, etcd=None):
     th = sorted(((v - th0.get(k, 0), k) for k, v in th1.items()), reverse=True)
     print("  idle CPU by thread name, all daemons, %% of a core: %s" % ", ".join(
         "%s %.2f" % (k, 100.0 * v / HZ / secs) for v, k in th[:6] if v > 0))
+    sw = sorted(((v - sw0.get(k, 0), k) for k, v in sw1.items()), reverse=True)
+    res["wakes"] = dict((k, v / secs / len(ok)) for v, k in sw)
+    print("  idle wakeups by thread name, per daemon per second: %s" % ", ".join(
+        "%s %.1f" % (k, v / secs / len(ok)) for v, k in sw[:6] if v > 0))
     print("  per daemon: fds %.1f (max %d), RSS %.1f MiB (max %.1f), threads %.1f" % (
         res["fds"], max(fds), res["rss"], max(rss) / 1024.0, sum(thr) / len(thr)))
     if etcd:
@@ -513,6 +581,14 @@ def run_one(args, N, backend, etcd=None):
             print("  etcd per daemon: %.2f unary requests/s finished, %.0f B/s gRPC client "
                   "bytes (both ways; the JSON gateway's requests reach etcd as gRPC)" % (
                       res["etcd_rpcs"], res["etcd_bytes"]))
+
+    # ---- the global index: K chunks a node, then entries moved per change
+    moves = {}
+    if args.keys:
+        load_keys(f, f.running(), args.keys)
+        mv0 = settle_moves(f, f.running, 20)
+        print("  index: %d chunks put on each of %d daemons (R = %d); entries moved so far %s" % (
+            args.keys, len(f.running()), args.replicas, mv0))
 
     # ---- crash
     victim = f.nodes[max(2, N // 2)]
@@ -539,6 +615,10 @@ def run_one(args, N, backend, etcd=None):
     truth[victim.id] = "dead|absent"
     f.unexpected_exits("the crash")
     f.check_exact(truth, "the crash")
+    if args.keys:
+        mv1 = settle_moves(f, others, 20)
+        moves["crash"] = (mv1 - mv0) if None not in (mv0, mv1) else None
+        mv0 = mv1
 
     # ---- join
     jid = N + 1
@@ -563,6 +643,10 @@ def run_one(args, N, backend, etcd=None):
     res["join_hello"] = done - tj if done else None
     print("  join: every daemon's own table (kvtierctl peers, hello done) has it alive "
           "%s s after the spawn" % fmt(res["join_hello"]))
+    if args.keys:
+        mv1 = settle_moves(f, others, 20)
+        moves["join"] = (mv1 - mv0) if None not in (mv0, mv1) else None
+        mv0 = mv1
 
     # ---- leave
     leaver = f.nodes[N]
@@ -593,6 +677,23 @@ def run_one(args, N, backend, etcd=None):
         print("  leave: not converged within %d s" % args.detect_limit)
     truth[leaver.id] = "left|absent"
     f.check_exact(truth, "the leave")
+    if args.keys:
+        mv1 = settle_moves(f, rest, 20)
+        # the leaver's own hand-off is counted by it and gone with it
+        moves["leave"] = (mv1 - mv0) if None not in (mv0, mv1) else None
+        # Each change leaves N - 1 holders of K keys (the crashed or leaving
+        # node's own keys go with it; the joiner holds none), and a key's
+        # owner set held (crash, leave) or now holds (join) the member that
+        # changed with probability R / N: the keys whose owners changed.
+        ideal = args.replicas * args.keys * (N - 1) / N
+        res["moves"] = moves
+        res["moves_ideal"] = ideal
+        print("  index entries moved per change (sum of the daemons' "
+              "kvtier_index_entries_moved_total), against the keys whose owners changed "
+              "(R K (N-1) / N = %.0f): %s" % (ideal, ", ".join(
+                  "%s %s (%s x)" % (k, moves.get(k), fmt(moves[k] / ideal if moves.get(k)
+                                                         is not None else None))
+                  for k in ("crash", "join", "leave"))))
 
     f.unexpected_exits("the leave")
     res["unexpected"] = f.n_unexpected
@@ -759,6 +860,9 @@ def main():
     ap.add_argument("--form-only", action="store_true",
                     help="only form the cluster (how long until every view is complete)")
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--keys", type=int, default=100,
+                    help="chunks put on each daemon for the index moves (0: none)")
+    ap.add_argument("--replicas", type=int, default=2, help="the daemons' cluster.replicas")
     a = ap.parse_args()
     a.max_id = max(a.sizes) + 2
     a.kvtierd = os.path.realpath(a.kvtierd)

@@ -39,7 +39,7 @@ static struct mb *instance(void)
     c.meta = "ucx";
     c.meta_len = 3;
     c.inc = 1000;
-    c.env = (struct mb_env){NULL, discard, clock_ms, rnd};
+    c.env = (struct mb_env){NULL, discard, clock_ms, rnd, NULL};
     struct mb *mb = mb_create(&swim_ops, &c, NULL);
     if (!mb) abort();
     for (uint32_t id = 2; id <= 5; id++) {

@@ -8,8 +8,11 @@
  * a newcomer; a member whose lease is revoked behind its back is seen
  * DEAD, grants a new lease and is seen ALIVE again. Keys under the prefix that are not members, and values that
  * do not parse, are refused and counted. The JSON and base64 readers are
- * fed truncated and hostile replies. Waits poll with generous deadlines;
- * nothing is timed.
+ * fed truncated and hostile replies. Waits have generous deadlines;
+ * nothing is timed. The members are ticked only when the backend asks --
+ * its next_tick() is due, or its worker woke us through env.wake -- so a
+ * piece of news that forgets to wake the owner stalls the test; one
+ * member (id 4) is given no wake hook and is polled as next_tick() says.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -19,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +58,18 @@ static uint64_t env_rand(void *ctx)
     return (uint64_t)random();
 }
 
+static int Wake = -1;       /* eventfd: some member's worker has news */
+static unsigned long Wakes; /* env.wake calls, all members */
+
+static void env_wake(void *ctx)
+{
+    uint64_t one = 1;
+    (void)ctx;
+    __atomic_add_fetch(&Wakes, 1, __ATOMIC_RELAXED);
+    ssize_t w = write(Wake, &one, sizeof one);
+    (void)w;
+}
+
 static int env_send(void *ctx, const char *addr, const void *buf, size_t len)
 {
     (void)ctx, (void)addr, (void)buf, (void)len;
@@ -85,7 +102,7 @@ static struct mb *member(int i)
     c.reap_ms = 600000;
     c.on_change = on_change;
     c.on_change_arg = (void *)(intptr_t)i;
-    c.env = (struct mb_env){NULL, env_send, env_now, env_rand};
+    c.env = (struct mb_env){NULL, env_send, env_now, env_rand, i == 3 ? NULL : env_wake};
     const char *why = NULL;
     struct mb *mb = mb_create(&etcd_ops, &c, &why);
     assert_non_null(mb);
@@ -93,16 +110,43 @@ static struct mb *member(int i)
     return mb;
 }
 
-/* Tick every member until cond() holds (1) or 20 s pass (0). */
+/* Tick the members whose next_tick() is due, then sleep until the
+ * earliest one or a wake; until cond() holds (1) or 20 s pass (0). */
 static int pump(int (*cond)(void))
 {
-    for (long long end = td_now_ms() + 20000; td_now_ms() < end;) {
-        for (int i = 0; i < NM; i++)
-            if (M[i]) mb_tick(M[i], (uint64_t)td_now_ms());
+    for (long long end = td_now_ms() + 20000, now; (now = td_now_ms()) < end;) {
+        long long due = end;
+        for (int i = 0; i < NM; i++) {
+            if (!M[i]) continue;
+            if ((long long)mb_next_tick(M[i]) <= now) mb_tick(M[i], (uint64_t)now);
+            long long t = (long long)mb_next_tick(M[i]);
+            if (t < due) due = t;
+        }
         if (cond()) return 1;
-        usleep(20 * 1000);
+        struct pollfd p = {.fd = Wake, .events = POLLIN};
+        uint64_t v;
+        if (poll(&p, 1, (int)(due > now ? due - now : 0)) == 1) {
+            ssize_t r = read(Wake, &v, sizeof v);
+            (void)r;
+        }
     }
     return 0;
+}
+
+/* Idle and woken: with nothing queued and nothing to reap, a member with
+ * a wake hook asks for no tick for a long while, one without is polled. */
+static void test_idle_asks_no_tick(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NM; i++) {
+        if (!M[i]) continue;
+        uint64_t now = (uint64_t)td_now_ms();
+        if (mb_next_tick(M[i]) <= now) mb_tick(M[i], now); /* drain */
+        uint64_t next = mb_next_tick(M[i]);
+        if (i == 3) assert_true(next <= (uint64_t)td_now_ms() + 1000);
+        else assert_true(next >= now + 60000);
+    }
+    assert_true(Wakes > 0);
 }
 
 static enum mb_state state_at(int obs, uint32_t id)
@@ -144,6 +188,7 @@ static int setup(void **state)
 {
     (void)state;
     log_set_level(LOG_ERROR);
+    if ((Wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) return -1;
     if (te_init(&E, "etcd") != 0) return -1;
     return te_start(&E, PREFIX);
 }
@@ -412,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_join_leave_kill),
         cmocka_unit_test(test_etcd_killed_and_restarted),
         cmocka_unit_test(test_lease_lost_and_registered_again),
+        cmocka_unit_test(test_idle_asks_no_tick),
         cmocka_unit_test(test_hostile_keys_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -518,7 +518,7 @@ int sim_start(struct sim *s, int idx, int seed)
     }
     c.on_change = changed;
     c.on_change_arg = n;
-    c.env = (struct mb_env){n, env_send, env_now, env_rand};
+    c.env = (struct mb_env){n, env_send, env_now, env_rand, NULL};
     n->vnow = s->now;
     n->busy_until = n->paused_until = 0;
     n->left = 0;

@@ -67,7 +67,7 @@ static struct mb *one(struct cap *c, const struct mb_ops *ops)
     cfg.inc = 100;
     cfg.on_change = cap_event;
     cfg.on_change_arg = c;
-    cfg.env = (struct mb_env){c, cap_send, cap_now, cap_rand};
+    cfg.env = (struct mb_env){c, cap_send, cap_now, cap_rand, NULL};
     struct mb *mb = mb_create(ops, &cfg, NULL);
     assert_non_null(mb);
     return mb;
@@ -185,7 +185,7 @@ static void test_bad_config(void **state)
     struct mb_config cfg = {0};
     const char *why = NULL;
     cfg.self_addr = "sim://a";
-    cfg.env = (struct mb_env){&c, cap_send, cap_now, cap_rand};
+    cfg.env = (struct mb_env){&c, cap_send, cap_now, cap_rand, NULL};
     assert_null(mb_create(&swim_ops, &cfg, &why)); /* id 0 */
     assert_non_null(why);
     cfg.self_id = 5;

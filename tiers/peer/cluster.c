@@ -585,6 +585,16 @@ static uint64_t env_now(void *ctx)
     return mono_ms();
 }
 
+/* mb_env.wake, from the etcd worker: its news is picked up by the
+ * cluster_poll the queue's eventfd brings (mb_drive asks next_tick). */
+static void env_wake(void *ctx)
+{
+    struct cl_ctx *d = ctx;
+    uint64_t one = 1;
+    ssize_t w = write(d->cl->efd, &one, sizeof one);
+    (void)w;
+}
+
 static uint64_t env_rand(void *ctx)
 {
     uint64_t v;
@@ -989,12 +999,11 @@ static void compact(struct cl_ctx *d)
     }
 }
 
-/* When the backend's timers want to run next: swim says; etcd has none
- * (its worker's events are picked up every 50 ms). Never busy-loops. */
+/* When the backend's timers want to run next (swim's timers; etcd's next
+ * reap, or now when its worker has news: env_wake). Never busy-loops. */
 static uint64_t mb_due(struct cluster *c, uint64_t now)
 {
     uint64_t due = mb_next_tick(c->mb);
-    if (!strcmp(mb_backend_name(c->mb), "etcd")) due = now + 50;
     return due < now + 2 ? now + 2 : due;
 }
 
@@ -1009,7 +1018,7 @@ static void mb_drive(struct cl_ctx *d)
     uint64_t now = mono_ms(), v;
     ssize_t r = read(c->tfd, &v, sizeof v);
     (void)r;
-    if (now >= c->mb_due) mb_tick(c->mb, now);
+    if (now >= c->mb_due || mb_next_tick(c->mb) <= now) mb_tick(c->mb, now);
     c->mb_due = mb_due(c, now);
     struct itimerspec it = {{0, 0}, {(time_t)(c->mb_due / 1000),
                                      (long)(c->mb_due % 1000) * 1000000L}};
@@ -1174,7 +1183,7 @@ static struct mb *mb_open(struct cl_ctx *d, const char **why)
     cfg.lease_ms = (uint32_t)(k->cluster_etcd_lease_s * 1000);
     cfg.on_change = on_mb;
     cfg.on_change_arg = d;
-    cfg.env = (struct mb_env){d, env_send, env_now, env_rand};
+    cfg.env = (struct mb_env){d, env_send, env_now, env_rand, env_wake};
     int etcd = !strcmp(k->cluster_membership, "etcd");
     return mb_create(etcd ? &etcd_ops : &swim_ops, &cfg, why);
 }

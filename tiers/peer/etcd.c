@@ -16,7 +16,11 @@
  * hands what it learns to the owning thread through a queue under a
  * mutex; tick() drains it and changes the table. The worker never
  * touches the table; the owning thread never waits on etcd, except in
- * leave(), which is bounded by the request timeout.
+ * leave(), which is bounded by the request timeout. The owner is not
+ * polled: when the queue goes from empty to non-empty the worker calls
+ * the caller's env.wake, and next_tick() then says "now"; otherwise it
+ * names the next reap, the one timer this backend has (a caller with no
+ * wake hook is asked to poll every ET_POLL_MS instead).
  *
  * When etcd cannot be reached the worker logs why (once per outage, from
  * tick) and tries again with backoff, on every endpoint. The view is
@@ -46,6 +50,8 @@
 #define ET_PREFIX_MAX 256
 #define ET_TIMEOUT_MS 2000
 #define ET_QUEUE_MAX (1u << 20)
+#define ET_POLL_MS 50          /* next_tick without a wake hook */
+#define ET_IDLE_MS 3600000     /* next_tick with nothing to reap */
 
 enum et_kind { ET_PUT, ET_DEL, ET_SNAP_BEGIN, ET_SNAP_END, ET_UP, ET_DOWN };
 
@@ -69,7 +75,8 @@ struct et {
     pthread_t thr;
     int started;
     volatile int stop;     /* set by the owning thread */
-    pthread_mutex_t mtx;   /* guards q_*, val, vlen, reput, bad */
+    pthread_mutex_t mtx;   /* guards q_*, val, vlen, reput, bad, watch */
+    struct ec_watch *watch; /* the worker's open watch: stop wakes it */
     struct et_ev *q_head, *q_tail;
     uint32_t q_len;
     int q_lost;            /* events dropped: the worker resyncs */
@@ -84,6 +91,8 @@ struct et {
     int64_t rev;           /* the newest etcd revision applied: the epoch */
     uint32_t *snap;        /* ids seen in the snapshot being applied */
     size_t n_snap, cap_snap;
+    uint64_t next_reap;    /* the earliest reap due (UINT64_MAX: none) */
+    int can_wake;          /* env.wake given: next_tick need not poll */
 };
 
 static struct et *et_of(struct mb *mb)
@@ -174,11 +183,13 @@ static void push(struct et *e, struct et_ev *ev)
         return;
     }
     ev->next = NULL;
+    int was_empty = !e->q_head && !e->bad;
     if (e->q_tail) e->q_tail->next = ev;
     else e->q_head = ev;
     e->q_tail = ev;
     e->q_len++;
     pthread_mutex_unlock(&e->mtx);
+    if (was_empty) mb_wake(e->mb); /* the owner wakes once per batch */
 }
 
 static struct et_ev *ev_new(enum et_kind k, int64_t rev)
@@ -193,8 +204,10 @@ static struct et_ev *ev_new(enum et_kind k, int64_t rev)
 static void count_bad(struct et *e)
 {
     pthread_mutex_lock(&e->mtx);
+    int was_idle = !e->bad && !e->q_head;
     e->bad++;
     pthread_mutex_unlock(&e->mtx);
+    if (was_idle) mb_wake(e->mb);
 }
 
 /* The member id named by key (prefix<decimal id>), or 0. */
@@ -297,6 +310,9 @@ static int session(struct et *e, struct ec *ec, char *err, size_t errlen)
     push(e, ev_new(ET_SNAP_END, rev));
     struct ec_watch *w = ec_watch_open(ec, e->prefix, rev + 1, on_kv, e, err, errlen);
     if (!w) return -1;
+    pthread_mutex_lock(&e->mtx);
+    e->watch = w;
+    pthread_mutex_unlock(&e->mtx);
     push(e, ev_new(ET_UP, rev));
     long every = (long)e->lease_s * 1000 / 3;
     int rc;
@@ -305,6 +321,9 @@ static int session(struct et *e, struct ec *ec, char *err, size_t errlen)
             rc = -1;
             break;
         }
+    pthread_mutex_lock(&e->mtx);
+    e->watch = NULL;
+    pthread_mutex_unlock(&e->mtx);
     ec_watch_close(w);
     return rc;
 }
@@ -418,16 +437,11 @@ static void apply(struct et *e, struct et_ev *ev)
     }
 }
 
+/* Members dead or left for reap_ms go; next_reap = when the next one
+ * does. Only tick() changes states, so it stays right until the next. */
 static void reap(struct et *e, uint64_t now)
 {
-    uint64_t keep = mb_cfg(e->mb)->reap_ms;
-    for (size_t i = 0; i < mb_count(e->mb);) {
-        struct mb_member *m = mb_at(e->mb, i);
-        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
-            mb_remove(e->mb, m); /* the last one moves into slot i */
-        else
-            i++;
-    }
+    e->next_reap = mb_reap(e->mb, now);
 }
 
 static void et_tick(struct mb *mb, uint64_t now)
@@ -455,6 +469,20 @@ static void et_tick(struct mb *mb, uint64_t now)
     reap(e, now);
 }
 
+/* Now while the worker has news queued, else the next reap (the worker
+ * wakes the owner when news comes); without a wake hook, a poll. */
+static uint64_t et_next_tick(struct mb *mb)
+{
+    struct et *e = et_of(mb);
+    uint64_t now = mb_now(mb);
+    pthread_mutex_lock(&e->mtx);
+    int news = e->q_head != NULL || e->bad;
+    pthread_mutex_unlock(&e->mtx);
+    if (news) return now;
+    if (!e->can_wake) return now + ET_POLL_MS;
+    return e->next_reap < now + ET_IDLE_MS ? e->next_reap : now + ET_IDLE_MS;
+}
+
 static void set_value(struct et *e, int left)
 {
     const struct mb_member *s = mb_self(e->mb);
@@ -473,6 +501,8 @@ static int et_open(struct mb *mb)
     mb_set_backend(mb, e);
     e->mb = mb;
     e->n_snap = (size_t)-1;
+    e->next_reap = UINT64_MAX;
+    e->can_wake = c->env.wake != NULL;
     pthread_mutex_init(&e->mtx, NULL);
     if (!c->service_url || !*c->service_url || strlen(c->service_url) >= sizeof e->urls ||
         !c->service_prefix || !*c->service_prefix ||
@@ -497,7 +527,10 @@ static int et_open(struct mb *mb)
 static void stop_worker(struct et *e)
 {
     if (!e->started) return;
+    pthread_mutex_lock(&e->mtx);
     e->stop = 1;
+    if (e->watch) ec_watch_wakeup(e->watch); /* it sleeps until the keepalive */
+    pthread_mutex_unlock(&e->mtx);
     pthread_join(e->thr, NULL);
     e->started = 0;
 }
@@ -578,5 +611,5 @@ const struct mb_ops etcd_ops = {
     .receive = et_receive,
     .leave = et_leave,
     .meta_changed = et_meta_changed,
-    .next_tick = NULL,
+    .next_tick = et_next_tick,
 };

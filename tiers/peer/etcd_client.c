@@ -663,10 +663,17 @@ int ec_watch_run(struct ec_watch *w, const volatile int *stop, long every_ms, ch
             seterr(err, errlen, "watch ended");
             return -1;
         }
-        if (every_ms > 0 && mono_ms() - t0 >= every_ms) return 1;
-        curl_multi_poll(w->m, NULL, 0, 100, NULL);
+        long wait = every_ms > 0 ? every_ms - (mono_ms() - t0) : 60000;
+        if (wait <= 0) return 1;
+        if (*stop) break;
+        curl_multi_poll(w->m, NULL, 0, (int)(wait < 60000 ? wait : 60000), NULL);
     }
     return 0;
+}
+
+void ec_watch_wakeup(struct ec_watch *w)
+{
+    curl_multi_wakeup(w->m);
 }
 
 int64_t ec_watch_rev(const struct ec_watch *w)

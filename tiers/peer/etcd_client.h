@@ -52,9 +52,11 @@ int ec_range_prefix(struct ec *ec, const char *prefix, ec_kv_fn fn, void *arg, i
 
 /* A watch of every key under prefix from revision from_rev on, streamed:
  * ec_watch_run blocks, calling fn for each event and stopping when the
- * stream ends (-1, err), when *stop becomes nonzero (checked at least
- * every 100 ms; returns 0), or when every > 0 ms passed (returns 1 so the
- * caller can do something and call it again: the stream stays open). */
+ * stream ends (-1, err), when *stop becomes nonzero (returns 0), or when
+ * every > 0 ms passed (returns 1 so the caller can do something and call
+ * it again: the stream stays open). It sleeps until the stream has bytes
+ * or `every` is up: whoever sets *stop calls ec_watch_wakeup, from any
+ * thread, while w is open. */
 struct ec_watch;
 struct ec_watch *ec_watch_open(struct ec *ec, const char *prefix, int64_t from_rev,
                                ec_kv_fn fn, void *arg, char *err, size_t errlen);
@@ -62,6 +64,8 @@ int ec_watch_run(struct ec_watch *w, const volatile int *stop, long every_ms, ch
                  size_t errlen);
 /* The newest revision the stream has reported (its headers included). */
 int64_t ec_watch_rev(const struct ec_watch *w);
+/* Interrupt the wait of ec_watch_run on w (any thread; w stays open). */
+void ec_watch_wakeup(struct ec_watch *w);
 void ec_watch_close(struct ec_watch *w);
 
 /* The parsers behind the calls, for tests: -1 on anything malformed. */

@@ -357,6 +357,27 @@ void mb_remove(struct mb *mb, struct mb_member *m)
     free_node(mb, nd);
 }
 
+uint64_t mb_reap(struct mb *mb, uint64_t now)
+{
+    uint64_t keep = mb->cfg.reap_ms, next = UINT64_MAX;
+    if (!mb->st.members[MB_DEAD] && !mb->st.members[MB_LEFT]) return next; /* O(1) */
+    for (size_t i = 0; i < mb->n;) {
+        struct mb_member *m = &mb->v[i]->pub;
+        if (m->state != MB_DEAD && m->state != MB_LEFT) {
+            i++;
+            continue;
+        }
+        uint64_t age = now > m->since_ms ? now - m->since_ms : 0;
+        if (age >= keep) {
+            mb_remove(mb, m); /* the last one moves into slot i */
+            continue;
+        }
+        if (m->since_ms + keep < next) next = m->since_ms + keep;
+        i++;
+    }
+    return next;
+}
+
 /* ----------------------------------------------------------- lifecycle */
 
 static const char *check_cfg(const struct mb_config *c)
@@ -447,6 +468,13 @@ uint64_t mb_next_tick(struct mb *mb)
 {
     if (mb->ops->next_tick) return mb->ops->next_tick(mb);
     return mb_now(mb) + 10;
+}
+
+int mb_wake(struct mb *mb)
+{
+    if (!mb->cfg.env.wake) return 0;
+    mb->cfg.env.wake(mb->cfg.env.ctx);
+    return 1;
 }
 
 int mb_set_meta(struct mb *mb, const void *meta, size_t len)

@@ -94,6 +94,12 @@ struct mb_env {
     int (*send)(void *ctx, const char *addr, const void *buf, size_t len);
     uint64_t (*now_ms)(void *ctx);
     uint64_t (*rand)(void *ctx);
+    /* Optional. A backend with a thread of its own (etcd) calls it from
+     * that thread when tick() has work next_tick() could not announce
+     * (news arrived): the owning thread then calls mb_next_tick() again,
+     * which says "now". Must be async-signal-light: write an eventfd.
+     * NULL: such a backend's next_tick() asks to be polled (~50 ms). */
+    void (*wake)(void *ctx);
 };
 
 /* Called synchronously from inside mb_* calls that change the table. It
@@ -200,6 +206,9 @@ void mb_tick(struct mb *mb, uint64_t now_ms);
 void mb_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx_ms);
 int mb_leave(struct mb *mb);
 uint64_t mb_next_tick(struct mb *mb);
+/* Backend side, from any thread: env.wake if the caller gave one; returns
+ * 1 if it did (the owner will look at next_tick again), 0 if not. */
+int mb_wake(struct mb *mb);
 /* Replace this node's metadata and spread it. 0, or -1 if too long. */
 int mb_set_meta(struct mb *mb, const void *meta, size_t len);
 
@@ -250,6 +259,10 @@ int mb_update(struct mb *mb, struct mb_member *m, const char *addr,
               const void *meta, size_t meta_len);
 /* Free m (MB_EV_GONE first). m is invalid afterwards. */
 void mb_remove(struct mb *mb, struct mb_member *m);
+/* Remove the members DEAD or LEFT for cfg.reap_ms by now; returns when the
+ * next one is due (UINT64_MAX: none). A state set during the same tick
+ * may carry a since_ms after now (the clock moved on): its age is 0. */
+uint64_t mb_reap(struct mb *mb, uint64_t now_ms);
 /* A service backend sets the epoch (its revision); swim never calls it. */
 void mb_set_epoch(struct mb *mb, uint64_t epoch);
 

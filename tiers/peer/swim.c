@@ -1144,16 +1144,7 @@ static void reap_tick(struct mb *mb, uint64_t now)
     struct swim *sw = SW(mb);
     if (now < sw->next_reap) return;
     sw->next_reap = now + 1000;
-    uint64_t keep = mb_cfg(mb)->reap_ms;
-    const struct mb_stats *st = mb_stats(mb);
-    if (!st->members[MB_DEAD] && !st->members[MB_LEFT]) return; /* O(1) when none */
-    for (size_t i = 0; i < mb_count(mb);) {
-        struct mb_member *m = mb_at(mb, i);
-        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
-            mb_remove(mb, m); /* the last one moved into slot i */
-        else
-            i++;
-    }
+    mb_reap(mb, now);
 }
 
 static void sw_tick(struct mb *mb, uint64_t now)
