@@ -8,7 +8,6 @@
 
 #include <nng/nng.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cluster.h"
@@ -92,8 +91,8 @@ struct lwatch {
     int l_open;
     nng_socket probe;           /* dials our own address while probing */
     int probe_open;
-    atomic_uint_fast64_t added; /* pipes the pull socket took (nng's thread) */
-    uint64_t probe_added, probe_until_ms;
+    uint64_t probe_added;       /* pipes taken when the probe began */
+    uint64_t probe_until_ms;
     uint64_t next_ms;           /* when the next probe starts */
     uint64_t probes, restarts;
 };

@@ -26,6 +26,7 @@
  * every 5 s. KVT_FAULT=listen_stop=N closes the listener at the Nth
  * probe's start, as nng's would stop.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -49,12 +50,15 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* nng's thread: a pipe came up on the pull socket. */
+/* Pipes the pull sockets took, counted on nng's threads. A process-wide
+ * counter, not a field: a close abandoned past its bound leaves nng's
+ * threads running after the cluster is freed. */
+static atomic_uint_fast64_t added;
+
 static void pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    struct lwatch *w = arg;
-    (void)p, (void)ev;
-    atomic_fetch_add(&w->added, 1);
+    (void)p, (void)ev, (void)arg;
+    atomic_fetch_add(&added, 1);
 }
 
 /* Our TLS config: server side for the listener, or a client that
@@ -103,9 +107,8 @@ int lw_listen(struct cl_ctx *d)
 int lw_open(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    atomic_init(&c->lw.added, 0);
     c->lw.next_ms = now_ms() + LW_EVERY_MS;
-    int rv = nng_pipe_notify(c->pull, NNG_PIPE_EV_ADD_POST, pipe_added, &c->lw);
+    int rv = nng_pipe_notify(c->pull, NNG_PIPE_EV_ADD_POST, pipe_added, NULL);
     return rv ? rv : lw_listen(d);
 }
 
@@ -125,7 +128,7 @@ static void probe_start(struct cl_ctx *d, uint64_t now)
     w->probes++;
     if (nng_push0_open(&w->probe) != 0) return;
     w->probe_open = 1;
-    w->probe_added = atomic_load(&w->added);
+    w->probe_added = atomic_load(&added);
     w->probe_until_ms = now + LW_PROBE_MS;
     int rv = nng_dialer_create(&dl, w->probe, c->self_addr);
     if (rv == 0 && c->tls) rv = tls_set(d, 0, &dl, set_dialer);
@@ -157,7 +160,7 @@ static void restart(struct cl_ctx *d)
 static void probe_check(struct cl_ctx *d, uint64_t now)
 {
     struct lwatch *w = &d->cl->lw;
-    int passed = atomic_load(&w->added) != w->probe_added;
+    int passed = atomic_load(&added) != w->probe_added;
     if (!passed && now < w->probe_until_ms) return;
     probe_close(w);
     w->next_ms = now + LW_EVERY_MS;
