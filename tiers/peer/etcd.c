@@ -423,7 +423,7 @@ static void reap(struct et *e, uint64_t now)
     uint64_t keep = mb_cfg(e->mb)->reap_ms;
     for (size_t i = 0; i < mb_count(e->mb);) {
         struct mb_member *m = mb_at(e->mb, i);
-        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
+        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now >= m->since_ms + keep)
             mb_remove(e->mb, m); /* the last one moves into slot i */
         else
             i++;

@@ -1139,6 +1139,10 @@ static void sync_tick(struct mb *mb, uint64_t now)
     }
 }
 
+/* since_ms is read from the env clock when the state changes, which may
+ * be later than the now this tick was given (the core was busy in
+ * between): now >= since + keep, never now - since, which wrapped and
+ * reaped a member the moment it was declared dead. */
 static void reap_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
@@ -1149,7 +1153,7 @@ static void reap_tick(struct mb *mb, uint64_t now)
     if (!st->members[MB_DEAD] && !st->members[MB_LEFT]) return; /* O(1) when none */
     for (size_t i = 0; i < mb_count(mb);) {
         struct mb_member *m = mb_at(mb, i);
-        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now - m->since_ms >= keep)
+        if ((m->state == MB_DEAD || m->state == MB_LEFT) && now >= m->since_ms + keep)
             mb_remove(mb, m); /* the last one moved into slot i */
         else
             i++;
