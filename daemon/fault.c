@@ -13,7 +13,7 @@
 static const char *const names[FAULT_COUNT] = {
     "nvme_read", "nvme_write", "nvme_grow", "uring_regbuf", "index_put",
     "nvme_hold", "peer_corrupt", "peer_lie", "nng_close_hang", "shutdown_hang",
-    "cluster_stall", "conn_close_hang", "peer_ep",
+    "cluster_stall", "conn_close_hang", "peer_ep", "listen_stop",
 };
 
 static struct {
@@ -37,7 +37,7 @@ static int set_point(const char *name, size_t len, const char *val, char *err,
     snprintf(err, errlen, "KVT_FAULT: bad entry '%.*s' (want NAME=N or NAME=N+; "
              "names: nvme_read, nvme_write, nvme_grow, uring_regbuf, index_put, "
              "nvme_hold, peer_corrupt, peer_lie, nng_close_hang, shutdown_hang, "
-             "cluster_stall, conn_close_hang, peer_ep)", (int)len, name);
+             "cluster_stall, conn_close_hang, peer_ep, listen_stop)", (int)len, name);
     return -1;
 }
 

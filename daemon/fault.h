@@ -12,7 +12,8 @@
  * flips a byte of a chunk a peer is about to pull; peer_lie: and reports
  * the checksum of what it flipped; nng_close_hang and shutdown_hang: a
  * stop that never finishes by itself; conn_close_hang: a member's socket
- * that never closes; peer_ep: a UCX endpoint that cannot be made).
+ * that never closes; peer_ep: a UCX endpoint that cannot be made;
+ * listen_stop: a cluster listener that accepts no more).
  *
  * "name=N" fails the Nth occurrence only (counting from 1), "name=N+"
  * fails the Nth and every later one. Occurrences are counted per point on
@@ -49,6 +50,9 @@ enum fault_point {
                             * the close must stay bounded */
     FAULT_PEER_EP,      /* making a UCX endpoint for a fetch fails (pget.c):
                          * the member's identity is asked for again */
+    FAULT_LISTEN_STOP,  /* the cluster's listener stops accepting at a
+                         * check of its watch (lwatch.c), as nng 1.5's does
+                         * after a peer's failed handshake */
     FAULT_COUNT
 };
 

@@ -9,7 +9,8 @@
  * Membership (SWIM): a member stopped with SIGTERM says goodbye and is seen
  * LEFT, never DEAD (no failure timeout waited out); a SIGSTOPped member is
  * declared dead and, on SIGCONT, refutes it and is alive again without a
- * restart (same incarnation, one refutation in its /metrics).
+ * restart (same incarnation, one refutation in its /metrics). A listener
+ * that stops accepting is found by its probe and started again.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -474,6 +475,39 @@ static void test_conns_capped(void **state)
     assert_int_equal(tc_wait_alive(&S, CN - 1, CN - 1, 1), 0);
     assert_int_equal(tc_teardown(&S), 0);
 }
+
+/* A cluster listener that stops accepting (KVT_FAULT=listen_stop=1 stops
+ * it at the first probe, as nng 1.5's stops after a peer's failed
+ * handshake) is found by that probe, which gets no connection through,
+ * and started again: a node started after it joins, and the log and
+ * /metrics say so. Node 1 of the main cluster, up all along, was probed
+ * and never restarted. */
+static void test_listener_restarted(void **state)
+{
+    (void)state;
+    static struct tcluster S;
+    struct prom p;
+    scrape_of(&T.d[0], &p);
+    assert_true(prom_get(&p, "kvtier_cluster_listener_probes_total", "") >= 1);
+    assert_true(prom_get(&p, "kvtier_cluster_listener_restarts_total", "") == 0);
+    prom_free(&p);
+    tc_init(&S, 2);
+    setenv("KVT_FAULT", "listen_stop=1", 1);
+    int rc = tc_start(&S, 0, 2000, NULL);
+    unsetenv("KVT_FAULT");
+    assert_int_equal(rc, 0);
+    const char *said = "listening again (members redial)";
+    for (long long end = td_now_ms() + 30000; td_now_ms() < end && !td_log_has(&S.d[0], said);)
+        usleep(100000);
+    assert_true(td_log_has(&S.d[0], said));
+    assert_int_equal(tc_start(&S, 1, 2000, NULL), 0);
+    assert_int_equal(tc_wait_alive(&S, 0, 1, 0), 0);
+    assert_int_equal(tc_wait_alive(&S, 1, 1, 0), 0);
+    scrape_of(&S.d[0], &p);
+    assert_true(prom_get(&p, "kvtier_cluster_listener_restarts_total", "") == 1);
+    prom_free(&p);
+    assert_int_equal(tc_teardown(&S), 0);
+}
 #define url T.url
 
 int main(void)
@@ -486,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_stopped_member_refutes),
         cmocka_unit_test(test_receive_queue_bounded),
         cmocka_unit_test(test_conns_capped),
+        cmocka_unit_test(test_listener_restarted),
         cmocka_unit_test(test_ctl_peers_json),
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_off_without_listen),

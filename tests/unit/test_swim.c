@@ -229,6 +229,34 @@ static void test_refutes_suspicion_of_itself(void **state)
     mb_destroy(mb);
 }
 
+/* A member that went down after the tick's clock was read (the env clock
+ * moved on while the tick ran: a busy or preempted core) is kept reap_ms
+ * like any other, not reaped at that tick: now - since_ms must not wrap. */
+static void test_fresh_death_not_reaped(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    c.now = 1000;
+    struct mb *mb = one(&c, &swim_ops);
+    char a2[] = "sim://2";
+    Kvtier__SwimMember cl, *cp = &cl;
+    claim(&cl, 2, MB_ALIVE, 5, 2, a2);
+    feed(mb, 2, &cp, 1, 0, c.now);
+    c.now = 5000;
+    claim(&cl, 2, MB_LEFT, 5, 2, a2);
+    feed(mb, 2, &cp, 1, 0, c.now);
+    assert_int_equal(mb_find(mb, 2)->state, MB_LEFT);
+    mb_tick(mb, 4999); /* a tick whose clock was read just before */
+    assert_non_null(mb_find(mb, 2));
+    assert_int_equal(c.events[MB_EV_GONE], 0);
+    c.now = 5000 + 60000; /* reap_ms (60 s) later: now it goes */
+    mb_tick(mb, c.now);
+    assert_null(mb_find(mb, 2));
+    assert_int_equal(c.events[MB_EV_GONE], 1);
+    cap_clear(&c);
+    mb_destroy(mb);
+}
+
 static void test_precedence(void **state)
 {
     (void)state;
@@ -1022,6 +1050,7 @@ int main(void)
         cmocka_unit_test(test_suspect_checked_soon),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
+        cmocka_unit_test(test_fresh_death_not_reaped),
         cmocka_unit_test(test_leave_is_not_death),
         cmocka_unit_test(test_indirect_probe_saves_a_bad_link),
         cmocka_unit_test(test_paused_node_accuses_nobody),

@@ -1061,6 +1061,7 @@ void cluster_tick(struct cl_ctx *d)
     if (!c) return;
     compact(d);
     linger_tick(c);
+    lw_tick(d);
     mb_drive(d);
     gx_tick(d);
     pg_tick(d);
@@ -1085,34 +1086,16 @@ static void add_seeds(struct cl_ctx *d)
 
 /* The listener's TLS: a client certificate from the CA is required, so a
  * node without one never gets a message through. */
-static int listen_tls(struct cl_ctx *d, nng_listener l)
-{
-    char err[256];
-    struct tlsconf_files f;
-    nng_tls_config *cfg;
-    tls_files(d, &f);
-    if (tlsconf_build(&cfg, 1, &f, NULL, err, sizeof err) != 0) {
-        log_error("cluster", "TLS: %s", err);
-        return NNG_EINVAL;
-    }
-    int rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
-    nng_tls_config_free(cfg);
-    return rv;
-}
-
 static int listen_pull(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    nng_listener l;
     int rv = nng_pull0_open(&c->pull);
     if (rv == 0) {
         c->pull_open = 1;
         nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, CL_MAX_MSG);
         rv = nng_aio_alloc(&c->aio, recv_cb, c);
     }
-    if (rv == 0) rv = nng_listener_create(&l, c->pull, c->self_addr);
-    if (rv == 0 && c->tls) rv = listen_tls(d, l);
-    if (rv == 0) rv = nng_listener_start(l, 0);
+    if (rv == 0) rv = lw_open(d);
     if (rv != 0) {
         log_error("cluster", "cannot listen on %s: %s", c->self_addr, nng_strerror(rv));
         return -1;
@@ -1321,6 +1304,7 @@ int cluster_close(struct cl_ctx *d)
     gx_close(d); /* answers parked lookups */
     pg_free(d);
     if (c->aio) nng_aio_stop(c->aio); /* no recv_cb after this */
+    lw_close(d);
     int wedged = close_sockets(c);
     if (wedged) wedged_aio = c->aio; /* nng's threads are stuck: touch nothing */
     else if (c->aio) nng_aio_free(c->aio);
@@ -1506,5 +1490,11 @@ char *cluster_metrics(const struct cl_ctx *d)
     mt_one(&t, "kvtier_cluster_peer_endpoints_evicted_total", "counter",
            "UCX endpoints closed because cluster.max_peer_eps were open (least recently "
            "used, none with a fetch in flight).", c ? c->eps_evicted : 0);
+    mt_one(&t, "kvtier_cluster_listener_probes_total", "counter",
+           "Probes of the cluster listener (a connection to itself, every 5 s).",
+           c ? c->lw.probes : 0);
+    mt_one(&t, "kvtier_cluster_listener_restarts_total", "counter",
+           "Cluster listeners started again because a probe found them accepting nothing.",
+           c ? c->lw.restarts : 0);
     return t.p;
 }

@@ -85,6 +85,18 @@ struct qmsg {
 
 struct gidx;
 
+/* The listener and its watch (lwatch.c). */
+struct lwatch {
+    nng_listener l;
+    int l_open;
+    nng_socket probe;           /* dials our own address while probing */
+    int probe_open;
+    uint64_t probe_added;       /* pipes taken when the probe began */
+    uint64_t probe_until_ms;
+    uint64_t next_ms;           /* when the next probe starts */
+    uint64_t probes, restarts;
+};
+
 struct cluster {
     struct tier obj;       /* first: the peer tier behind tier.h */
     struct cl_ctx *d;
@@ -131,6 +143,7 @@ struct cluster {
     struct gidx *gx;       /* gidx.c */
     struct peer_tier *pt;  /* UCX (tiers/peer/peer.c), or NULL */
     struct pgs *pg;        /* pget.c */
+    struct lwatch lw;      /* lwatch.c */
 };
 
 
@@ -239,6 +252,12 @@ void pg_free(struct cl_ctx *d);  /* after gx_close */
 void pg_tick(struct cl_ctx *d);
 void pg_poll(struct cl_ctx *d); /* the peer tier's fd: UCX, checksum results */
 void pg_member_down(struct cl_ctx *d, struct member *m);
+
+/* lwatch.c: the listener on cl->pull at self_addr, and its watch. */
+int lw_open(struct cl_ctx *d);   /* an nng error, or 0 */
+int lw_listen(struct cl_ctx *d); /* a new listener; an nng error, or 0 */
+void lw_tick(struct cl_ctx *d);  /* core thread, every cluster tick */
+void lw_close(struct cl_ctx *d); /* the probe socket, if one is open */
 /* m's UCX identity (learn_ucx): kept for its first fetch; one that
  * differs from what was kept closes the endpoint made from that. */
 void pg_member_ucx(struct cl_ctx *d, struct member *m, const Kvtier__PeerMsg *pm);

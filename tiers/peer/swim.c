@@ -1139,6 +1139,8 @@ static void sync_tick(struct mb *mb, uint64_t now)
     }
 }
 
+/* Once a second, the members down for reap_ms go (mb_reap: a state set
+ * later in this tick than now, read before it, is 0 ms old). */
 static void reap_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
