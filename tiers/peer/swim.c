@@ -24,7 +24,11 @@
  * Only a member raises its own incarnation: told it is
  * suspect or dead, it refutes with alive at a higher one. Any message to a
  * member this node holds suspect or dead carries that claim (the Lifeguard
- * "buddy system"), so the member hears it at once and refutes.
+ * "buddy system"), so the member hears it at once and refutes. A
+ * suspicion still open past the minimum timeout (too few confirmations:
+ * the others may know better, e.g. of a restart at a new incarnation) is
+ * told to its suspect in a bare message, again each minimum timeout, so a
+ * live suspect answers before the longest timeout kills it here.
  *
  * Lifeguard: (1) a local health score, raised when this node's own probes
  * fail without the Nacks it expected, when it must refute, or when its own
