@@ -67,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gossipq.h"
 #include "kvtier.pb-c.h"
 
 #define SW_CONFIRM_MAX 8     /* confirmers remembered per suspicion */
@@ -80,20 +81,14 @@ struct susp {
     uint32_t who[SW_CONFIRM_MAX];
 };
 
-/* One queued claim: 48 bytes, its address and metadata (alive claims
- * only) in one block sized to them -- while a fleet starts every node
- * queues a claim per member it learns. */
-struct claim {
-    uint32_t id, from, tx, mark;
-    int state;
-    uint32_t meta_len;
-    uint64_t inc;
-    char *addr;                       /* "" or the start of the block */
-    uint8_t *meta;                    /* in the block, or NULL */
-    size_t size;                      /* packed, with field overhead */
-};
+#define SW_PASS_MAX 64      /* claims too big for what is left of a
+                                message passed over before it is full */
 
-static char no_addr[1];               /* the address of non-alive claims */
+/* A claim, queued (gossipq.h) or built for one message; `size` is its
+ * packed size with field overhead, `mark` the message that took it. */
+#define claim gq_claim
+
+static char no_addr[1];               /* the address of built claims */
 
 struct relay {
     int used, nacked;
@@ -114,8 +109,7 @@ struct swim {
     struct probe pr;
     uint32_t *order;                  /* shuffled ids to probe */
     size_t norder, pos, ordcap;
-    struct claim *q;                  /* gossip queue */
-    size_t nq, qcap;
+    struct gq q;                      /* gossip queue */
     struct relay rel[SW_RELAYS];
     uint32_t *susp;                   /* ids now SUSPECT */
     size_t nsusp, suspcap;
@@ -131,6 +125,8 @@ struct swim {
     int lead_self;                    /* send_msg: this node's own claim
                                          first, if queued */
     int bare;                         /* send_msg: no queued gossip */
+    int quiet;                        /* merging a join's answer: members
+                                         new here are not queued */
     const char *sender;               /* from_addr of the message being
                                          handled, while it is */
     int ask;                          /* its sender is a stranger here:
@@ -252,13 +248,6 @@ static int confirm(struct mb *mb, struct mb_member *m, uint32_t from)
 
 /* -------------------------------------------------------- gossip queue */
 
-static void claim_free(struct claim *c)
-{
-    if (c->addr && c->addr != no_addr) free(c->addr);
-    c->addr = no_addr;
-    c->meta = NULL;
-}
-
 static size_t claim_size(const struct claim *c)
 {
     Kvtier__SwimMember sm = KVTIER__SWIM_MEMBER__INIT;
@@ -271,44 +260,14 @@ static size_t claim_size(const struct claim *c)
     return kvtier__swim_member__get_packed_size(&sm) + 3; /* tag + length */
 }
 
-/* Queue a claim, replacing any older one about the same member. */
+/* Queue a claim, replacing any older one about the same member; the
+ * address and metadata go with alive claims only. */
 static void enqueue(struct mb *mb, uint32_t id, int state, uint64_t inc, const char *addr,
                     const void *meta, size_t meta_len, uint32_t from)
 {
-    struct swim *sw = SW(mb);
-    struct claim *c = NULL;
-    for (size_t i = 0; i < sw->nq && !c; i++)
-        if (sw->q[i].id == id) c = &sw->q[i];
-    if (!c) {
-        if (sw->nq == sw->qcap) {
-            sw->qcap = sw->qcap ? 2 * sw->qcap : 16;
-            sw->q = xalloc(sw->q, sw->qcap * sizeof *sw->q);
-        }
-        c = &sw->q[sw->nq++];
-        c->addr = no_addr;
-        c->meta = NULL;
-    }
-    char *blk = no_addr;
-    uint8_t *md = NULL;
-    size_t alen = state == MB_ALIVE && addr && addr[0] ? strlen(addr) + 1 : 0;
-    size_t mlen = state == MB_ALIVE && meta ? meta_len : 0;
-    if (alen || mlen) { /* built before the old block goes: no aliasing */
-        blk = xalloc(NULL, (alen ? alen : 1) + mlen);
-        blk[0] = 0;
-        if (alen) memcpy(blk, addr, alen);
-        md = mlen ? (uint8_t *)blk + (alen ? alen : 1) : NULL;
-        if (mlen) memcpy(md, meta, mlen);
-    }
-    claim_free(c);
-    c->id = id;
-    c->state = state;
-    c->inc = inc;
-    c->from = from;
-    c->tx = 0;
-    c->mark = 0;
-    c->addr = blk;
-    c->meta = md;
-    c->meta_len = (uint32_t)mlen;
+    int alive = state == MB_ALIVE;
+    struct claim *c = gq_put(&SW(mb)->q, id, state, inc, alive ? addr : NULL,
+                             alive ? meta : NULL, meta_len, from);
     c->size = claim_size(c);
 }
 
@@ -330,17 +289,84 @@ static void fill_claim(Kvtier__SwimMember *sm, const struct claim *c)
 
 /* ------------------------------------------------------------- sending */
 
-/* Put queued claim c in message slot *n (it fits in *room), counted as
- * sent in message `mark`. */
-static void take_claim(Kvtier__SwimMember *sm, Kvtier__SwimMember **sp, size_t *n,
-                       size_t *room, struct claim *c, uint32_t mark)
+/* The claims one message carries: built ones (buddy, this node's own) and
+ * queued ones, whose ids are kept -- they count as sent only once the
+ * transport took the message. */
+struct pack {
+    Kvtier__SwimMember *sm, **sp;
+    uint32_t *ids;
+    size_t n, nids, room;
+    uint32_t mark;
+};
+
+static void put_claim(struct pack *p, const struct claim *c)
 {
-    fill_claim(&sm[*n], c);
-    sp[*n] = &sm[*n];
-    (*n)++;
-    *room -= c->size;
-    c->tx++;
-    c->mark = mark;
+    fill_claim(&p->sm[p->n], c);
+    p->sp[p->n] = &p->sm[p->n];
+    p->n++;
+    p->room -= c->size;
+}
+
+static void take_claim(struct pack *p, struct claim *c)
+{
+    put_claim(p, c);
+    c->mark = p->mark;
+    p->ids[p->nids++] = c->id;
+}
+
+/* Queued claims, least-sent first and oldest first among equals
+ * (gossipq.h), except those this message took already and the ids
+ * skip1/skip2 (0: none). A claim too big for the room left is passed
+ * over; after SW_PASS_MAX of those the message counts as full, so a
+ * full message costs O(1) however long the queue is. */
+static void take_queued(struct swim *sw, struct pack *p, uint32_t lim, uint32_t skip1,
+                        uint32_t skip2)
+{
+    size_t passed = 0;
+    for (uint32_t l = 0; l < lim; l++)
+        for (struct claim *c = gq_first(&sw->q, l); c; c = gq_next(&sw->q, c)) {
+            if (p->room <= 8 || passed >= SW_PASS_MAX) return;
+            if (c->mark == p->mark || c->id == skip1 || c->id == skip2) continue;
+            if (c->size > p->room) {
+                passed++;
+                continue;
+            }
+            take_claim(p, c);
+        }
+}
+
+/* The claim about `about` as held here, when it is suspect or dead
+ * (buddy system): built, sent first. 0 if there is none. */
+static uint32_t put_buddy(struct mb *mb, struct pack *p, const struct mb_member *about)
+{
+    if (!about || (about->state != MB_SUSPECT && about->state != MB_DEAD)) return 0;
+    struct claim b = {.addr = no_addr};
+    b.id = about->id;
+    b.state = about->state;
+    b.inc = about->inc;
+    b.from = mb_self(mb)->id;
+    b.size = claim_size(&b);
+    if (b.size <= p->room) put_claim(p, &b);
+    return b.id; /* a queued claim about it is not sent beside it */
+}
+
+/* Asked for: this node's current claim, whatever is queued. 0 if it did
+ * not fit. */
+static uint32_t put_own(struct mb *mb, struct pack *p)
+{
+    const struct mb_member *self = mb_self(mb);
+    struct claim own = {.addr = no_addr};
+    own.id = self->id;
+    own.state = MB_ALIVE; /* a node that left receives nothing */
+    own.inc = self->inc;
+    own.from = self->id;
+    own.addr = (char *)self->addr;
+    own.meta = self->meta;
+    own.meta_len = self->meta_len;
+    own.size = claim_size(&own);
+    if (own.size > p->room) return 0;
+    put_claim(p, &own);
+    return own.id;
 }
 
 /* Pack msg with as much gossip as fits and send it. `about`: a member
@@ -352,106 +378,45 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     const struct mb_config *cfg = mb_cfg(mb);
     msg->from = mb_self(mb)->id;
     msg->from_addr = (char *)mb_self(mb)->addr;
-    size_t room = kvtier__swim_msg__get_packed_size(msg);
-    room = room < cfg->max_msg_bytes ? cfg->max_msg_bytes - room : 0;
+    struct pack p = {0};
+    p.room = kvtier__swim_msg__get_packed_size(msg);
+    p.room = p.room < cfg->max_msg_bytes ? cfg->max_msg_bytes - p.room : 0;
     /* Each claim packs into at least 3 bytes: room / 3 bounds them; the
      * buddy and this node's own claim come on top. */
-    size_t cap = (sw->nq < room / 3 ? sw->nq : room / 3) + 2, n = 0;
-    Kvtier__SwimMember *sm = xalloc(NULL, cap * sizeof *sm);
-    Kvtier__SwimMember **sp = xalloc(NULL, cap * sizeof *sp);
-    struct claim buddy = {.addr = no_addr};
-    if (about && (about->state == MB_SUSPECT || about->state == MB_DEAD)) {
-        buddy.id = about->id;
-        buddy.state = about->state;
-        buddy.inc = about->inc;
-        buddy.from = mb_self(mb)->id;
-        buddy.size = claim_size(&buddy);
-        if (buddy.size <= room) {
-            fill_claim(&sm[n], &buddy);
-            sp[n] = &sm[n];
-            n++;
-            room -= buddy.size;
-        }
-    }
-    uint32_t lim = retransmits(mb), mark = ++sw->msgno;
+    size_t nq = gq_len(&sw->q), cap = (nq < p.room / 3 ? nq : p.room / 3) + 2;
+    p.sm = xalloc(NULL, cap * sizeof *p.sm);
+    p.sp = xalloc(NULL, cap * sizeof *p.sp);
+    p.ids = xalloc(NULL, cap * sizeof *p.ids);
+    uint32_t lim = retransmits(mb);
+    p.mark = ++sw->msgno;
+    uint32_t buddy = put_buddy(mb, &p, about);
     int to_sender = sw->sender && !strcmp(addr, sw->sender);
-    int give = to_sender && sw->give, asked = to_sender && sw->ask;
+    int asked = to_sender && sw->ask;
+    uint32_t own = to_sender && sw->give ? put_own(mb, &p) : 0;
     msg->want_claim = asked;
-    struct claim own = {.addr = no_addr};
-    if (give) { /* asked for: this node's current claim, whatever is queued */
-        const struct mb_member *self = mb_self(mb);
-        own.id = self->id;
-        own.state = MB_ALIVE; /* a node that left receives nothing */
-        own.inc = self->inc;
-        own.from = self->id;
-        own.addr = (char *)self->addr;
-        own.meta = self->meta;
-        own.meta_len = self->meta_len;
-        own.size = claim_size(&own);
-        if (own.size <= room) {
-            fill_claim(&sm[n], &own);
-            sp[n] = &sm[n];
-            n++;
-            room -= own.size;
-        } else {
-            give = 0;
-        }
-    }
-    for (size_t i = 0; sw->lead_self && !give && i < sw->nq; i++) {
-        struct claim *c = &sw->q[i];
-        if (c->id != mb_self(mb)->id || c->size > room) continue;
-        take_claim(sm, sp, &n, &room, c, mark);
-    }
-    /* Least-sent first, in queue order among equals: a counting sort by
-     * send count, O(nq) a message -- the queue holds one claim per changed
-     * member, thousands while a fleet starts, and a scan of it per send
-     * count cost O(lim * nq) a message. A claim sent above is skipped. */
-    size_t *at = xalloc(NULL, ((size_t)lim + 1) * sizeof *at);
-    memset(at, 0, ((size_t)lim + 1) * sizeof *at);
-    for (size_t i = 0; i < sw->nq; i++)
-        if (sw->q[i].tx < lim) at[sw->q[i].tx + 1]++;
-    for (uint32_t l = 1; l <= lim; l++) at[l] += at[l - 1];
-    size_t nord = at[lim];
-    uint32_t *ord = xalloc(NULL, nord * sizeof *ord);
-    for (size_t i = 0; i < sw->nq; i++)
-        if (sw->q[i].tx < lim) ord[at[sw->q[i].tx]++] = (uint32_t)i;
-    for (size_t k = 0; k < nord && room > 8 && !sw->bare; k++) {
-        struct claim *c = &sw->q[ord[k]];
-        if (c->mark == mark || c->size > room || (buddy.size && c->id == buddy.id) ||
-            (give && c->id == own.id))
-            continue;
-        take_claim(sm, sp, &n, &room, c, mark);
-    }
-    free(ord);
-    free(at);
-    msg->n_gossip = n;
-    msg->gossip = sp;
+    struct claim *self = sw->lead_self && !own ? gq_find(&sw->q, mb_self(mb)->id) : NULL;
+    if (self && self->size <= p.room) take_claim(&p, self);
+    if (!sw->bare) take_queued(sw, &p, lim, buddy, own);
+    msg->n_gossip = p.n;
+    msg->gossip = p.sp;
     size_t len = kvtier__swim_msg__get_packed_size(msg);
     uint8_t *buf = xalloc(NULL, len);
     kvtier__swim_msg__pack(msg, buf);
     /* A send the transport refused (a member whose hello is not done) did
      * not carry its claims: they keep their count and go out later. */
-    if (mb_send(mb, addr, buf, len, t) != 0) {
-        for (size_t i = 0; i < sw->nq; i++)
-            if (sw->q[i].mark == mark) sw->q[i].tx--;
-    } else {
-        if (give) sw->give = 0;
+    if (mb_send(mb, addr, buf, len, t) == 0) {
+        for (size_t i = 0; i < p.nids; i++) gq_sent(&sw->q, p.ids[i], lim);
+        if (own) sw->give = 0;
         if (asked) sw->ask = 0;
     }
+    gq_trim(&sw->q, lim); /* lim falls as members go */
     msg->want_claim = 0;
     free(buf);
-    free(sm);
-    free(sp);
+    free(p.sm);
+    free(p.sp);
+    free(p.ids);
     msg->n_gossip = 0;
     msg->gossip = NULL;
-    /* Drop claims sent often enough. */
-    for (size_t i = 0; i < sw->nq;)
-        if (sw->q[i].tx >= lim) {
-            claim_free(&sw->q[i]);
-            sw->q[i] = sw->q[--sw->nq];
-        } else {
-            i++;
-        }
 }
 
 static void send_ping(struct mb *mb, const char *addr, uint32_t target, uint32_t seq,
@@ -589,8 +554,8 @@ static void reassert(struct mb *mb)
     struct swim *sw = SW(mb);
     struct mb_member *self = mb_self(mb);
     sw->doubted = 1;
-    for (size_t i = 0; i < sw->nq; i++)
-        if (sw->q[i].id == self->id && sw->q[i].inc == self->inc && sw->q[i].tx == 0) return;
+    const struct claim *c = gq_find(&sw->q, self->id);
+    if (c && c->inc == self->inc && c->tx == 0) return;
     enqueue_member(mb, self, self->id);
 }
 
@@ -604,7 +569,7 @@ static void merge_alive(struct mb *mb, struct mb_member *m, const Kvtier__SwimMe
         m = mb_add(mb, c->id, c->addr, c->meta.data, c->meta.len, c->incarnation, MB_ALIVE);
         if (m) {
             order_add(mb, m->id);
-            enqueue_member(mb, m, c->from);
+            if (!SW(mb)->quiet) enqueue_member(mb, m, c->from);
         }
         return;
     }
@@ -938,12 +903,22 @@ static void on_ack(struct mb *mb, uint32_t seq, uint64_t rx, int nack)
     }
 }
 
+/* A table. The answer to a join (its `join` echoes the request's) is the
+ * seed's table: the members this node learns from it are no news to the
+ * seed's cluster, so they are not queued for gossip -- re-gossiping them
+ * cost every joiner a whole table's claims times the retransmits (a third
+ * of all claim sends while a fleet forms). What it changes about a member
+ * it knew spreads as before, and so does everything a periodic push-pull
+ * sync teaches (a healed partition, a member gossip missed). */
 static void on_sync(struct mb *mb, const Kvtier__SwimMsg *msg)
 {
+    struct swim *sw = SW(mb);
     const Kvtier__SwimSync *s = msg->sync;
-    if (!s->reply) SW(mb)->synced = 1; /* an answer: someone has our table */
+    if (!s->reply) sw->synced = 1; /* an answer: someone has our table */
+    sw->quiet = !s->reply && s->join;
     for (size_t i = 0; i < s->n_members; i++) merge(mb, s->members[i], 1);
-    if (s->reply) send_sync(mb, msg->from_addr, 0, 0);
+    sw->quiet = 0;
+    if (s->reply) send_sync(mb, msg->from_addr, 0, s->join);
 }
 
 /* The sender doubted this node (it refuted, or restated its claim), or
@@ -1078,8 +1053,8 @@ static void gossip_tick(struct mb *mb, uint64_t now)
     /* Advanced even when idle: next_tick never shows a stale time. */
     sw->next_gossip = now + c->gossip_ms;
     struct mb_member *to[16];
-    size_t n = sw->nq ? pick_in(mb, to, c->gossip_nodes < 16 ? c->gossip_nodes : 16, 0, 1) : 0;
-    for (size_t i = 0; i < n && sw->nq; i++) send_gossip(mb, to[i]);
+    size_t n = gq_len(&sw->q) ? pick_in(mb, to, c->gossip_nodes < 16 ? c->gossip_nodes : 16, 0, 1) : 0;
+    for (size_t i = 0; i < n && gq_len(&sw->q); i++) send_gossip(mb, to[i]);
 }
 
 /* memberlist's scaling: the push-pull interval grows with log2(n) past 32
@@ -1189,7 +1164,7 @@ static uint64_t sw_next_tick(struct mb *mb)
         if ((x) < t) t = (x); \
     } while (0)
     if (sw->pr.active) LOWER(sw->pr.req_sent ? sw->pr.end_ms : sw->pr.req_at_ms);
-    if (sw->nq && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
+    if (gq_len(&sw->q) && mb_cfg(mb)->gossip_ms != UINT32_MAX) LOWER(sw->next_gossip);
     LOWER(sw->next_sync);
     LOWER(sw->next_poke);
     if (sw->nseeds && !sw->synced) LOWER(sw->next_join);
@@ -1230,10 +1205,9 @@ static void sw_close(struct mb *mb)
         free(mb_at(mb, i)->be);
         mb_at(mb, i)->be = NULL;
     }
-    for (size_t i = 0; i < sw->nq; i++) claim_free(&sw->q[i]);
     for (size_t i = 0; i < sw->nseeds; i++) free(sw->seeds[i]);
     free(sw->seeds);
-    free(sw->q);
+    gq_free(&sw->q);
     free(sw->order);
     free(sw->susp);
     free(sw);
