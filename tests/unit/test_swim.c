@@ -576,6 +576,156 @@ static void test_gossip_least_sent_first(void **state)
     mb_destroy(mb);
 }
 
+/* Feed mb a table from node `from`: an answer (reply 0) or a request,
+ * marked join or not. */
+static void feed_table(struct mb *mb, uint32_t from, Kvtier__SwimMember **claims, size_t n,
+                       int reply, int join)
+{
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimSync s = KVTIER__SWIM_SYNC__INIT;
+    char addr[32];
+    snprintf(addr, sizeof addr, "sim://%u", (unsigned)from);
+    msg.from = from;
+    msg.from_addr = addr;
+    s.members = claims;
+    s.n_members = n;
+    s.reply = reply != 0;
+    s.join = join != 0;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_SYNC;
+    msg.sync = &s;
+    size_t len = kvtier__swim_msg__get_packed_size(&msg);
+    uint8_t *buf = malloc(len);
+    kvtier__swim_msg__pack(&msg, buf);
+    mb_receive(mb, buf, len, 0);
+    free(buf);
+}
+
+/* What the captured messages hold: alive claims about ids other than
+ * self, self's own alive claims, gossip-only messages (those carrying
+ * only self's claim, besides a buddy claim), and sync requests /
+ * answers (with their join flag). */
+struct seen {
+    int others_alive, own, gossip_msgs, own_alone, sync_req, sync_ans, join_flag;
+};
+
+static struct seen look(struct cap *c)
+{
+    struct seen v = {0};
+    for (int i = 0; i < c->n; i++) {
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        int own = 0, queued = 0;
+        for (size_t k = 0; k < m->n_gossip; k++) {
+            int alive = m->gossip[k]->state == KVTIER__SWIM_STATE__SWIM_ALIVE;
+            own += alive && m->gossip[k]->id == 1;
+            v.others_alive += alive && m->gossip[k]->id != 1;
+            /* anything but its own claim and the buddy (the receiver's
+             * suspicion or death, as held here) */
+            queued += m->gossip[k]->id != 1 && !(k == 0 && !alive);
+        }
+        v.own += own;
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY) {
+            v.gossip_msgs++;
+            v.own_alone += own == 1 && !queued;
+        }
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_SYNC) {
+            v.sync_req += m->sync->reply;
+            v.sync_ans += !m->sync->reply;
+            v.join_flag += m->sync->join;
+        }
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    cap_clear(c);
+    return v;
+}
+
+/* Join: the request is marked join, and so is the answer to one. The
+ * joiner queues none of the members its seed's table taught it (the
+ * seed's cluster knows them); SW_ANNOUNCE_PERIODS (3) periods later it
+ * sends each of them one gossip-only message carrying its own claim and
+ * nothing else, and pulls a second table from one of them. A table that
+ * answers no join is gossiped on as before. */
+static void test_join_answer_not_regossiped(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    const char *seeds[] = {"sim://2"};
+    assert_int_equal(mb_join(mb, seeds, 1), 0);
+    mb_tick(mb, c.now);
+    struct seen v = look(&c);
+    assert_int_equal(v.sync_req, 1);
+    assert_int_equal(v.join_flag, 1);
+    enum { N = 30 };
+    Kvtier__SwimMember cl[N], *cp[N];
+    char a[N][16];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(a[i], sizeof a[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, 2, a[i]);
+        cp[i] = &cl[i];
+    }
+    feed_table(mb, 2, cp, N, 0, 1); /* the seed's answer */
+    assert_int_equal(mb_count(mb), N);
+    int sent_alone = 0;
+    for (int t = 1; t <= 35; t++) { /* 3.5 s in steps of 100 ms */
+        c.now += 100;
+        mb_tick(mb, c.now);
+        v = look(&c);
+        assert_int_equal(v.others_alive, 0); /* nothing of the seed's table */
+        if (c.now < 3000) assert_int_equal(v.own_alone, 0);
+        sent_alone += v.own_alone;
+        if (v.own_alone) assert_int_equal(v.sync_req, 1); /* the second table */
+    }
+    assert_int_equal(sent_alone, N); /* each member told once */
+    /* This node, asked for its table as a join's seed, answers marked. */
+    Kvtier__SwimMember nc, *np = &nc;
+    claim(&nc, 40, MB_ALIVE, 1, 40, "sim://40");
+    feed_table(mb, 40, &np, 1, 1, 1);
+    v = look(&c);
+    assert_int_equal(v.sync_ans, 1);
+    assert_int_equal(v.join_flag, 1);
+    /* An answer to no join: the new member it brings is gossiped on. */
+    Kvtier__SwimMember oc, *op = &oc;
+    claim(&oc, 41, MB_ALIVE, 1, 41, "sim://41");
+    feed_table(mb, 3, &op, 1, 0, 0);
+    int others = 0;
+    for (int t = 0; t < 5; t++) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        others += look(&c).others_alive;
+    }
+    assert_true(others > 0);
+    mb_destroy(mb);
+}
+
+/* A node that leaves before its announce tells nobody it is alive. */
+static void test_leave_cancels_announce(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    const char *seeds[] = {"sim://2"};
+    assert_int_equal(mb_join(mb, seeds, 1), 0);
+    mb_tick(mb, c.now);
+    cap_clear(&c);
+    Kvtier__SwimMember cl[4], *cp[4];
+    char a[4][16];
+    for (uint32_t i = 0; i < 4; i++) {
+        snprintf(a[i], sizeof a[i], "sim://%u", (unsigned)i + 2);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, 2, a[i]);
+        cp[i] = &cl[i];
+    }
+    feed_table(mb, 2, cp, 4, 0, 1);
+    assert_int_equal(mb_leave(mb), 0);
+    cap_clear(&c);
+    for (int t = 0; t < 50; t++) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        assert_int_equal(look(&c).own, 0);
+    }
+    mb_destroy(mb);
+}
+
 /* A send the transport refuses (a member whose hello is not done) carried
  * nothing: its claims keep their send count and go out once sends pass.
  * Counted as sent, they were retired unsent and a member that missed them
@@ -1224,6 +1374,8 @@ int main(void)
         cmocka_unit_test(test_gossipq_copies),
         cmocka_unit_test(test_gossipq_against_model),
         cmocka_unit_test(test_gossip_least_sent_first),
+        cmocka_unit_test(test_join_answer_not_regossiped),
+        cmocka_unit_test(test_leave_cancels_announce),
         cmocka_unit_test(test_refused_send_keeps_claims),
         cmocka_unit_test(test_ask_brings_claim),
         cmocka_unit_test(test_confirmations_shorten_suspicion),
