@@ -54,7 +54,9 @@
  * not enough: a restarted node is pinged by members that knew its
  * previous life). The members a joiner learns from that answer are not
  * gossiped on (the seed's cluster knows them); the seed gossips the
- * joiner.
+ * joiner, and 3 periods later the joiner tells every member of itself
+ * directly and pulls a second table (announce: the few pairs gossip
+ * misses, the holes of the seed's table).
  * Strangers ask: a message from a member unknown here that carries no
  * claim about it gets want_claim on the reply, and the sender answers
  * with its own claim -- a member the join gossip missed learns
