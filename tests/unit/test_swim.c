@@ -726,6 +726,40 @@ static void test_leave_cancels_announce(void **state)
     mb_destroy(mb);
 }
 
+/* Unpacking: a gossip message within max_msg_bytes whose claims need
+ * more than the per-node arena (120 tiny claims: ~12 KB unpacked), and a
+ * sync far larger than max_msg_bytes (its own block): every claim is
+ * applied (the overflow goes to malloc; ASan checks the frees). */
+static void test_unpack_past_arena(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 120, M = 2000 };
+    static Kvtier__SwimMember cl[M], *cp[M];
+    static char a[M][8];
+    for (uint32_t i = 0; i < M; i++) {
+        snprintf(a[i], sizeof a[i], "%u", (unsigned)i);
+        claim(&cl[i], i + 2, MB_ALIVE, 1, 0, a[i]);
+        cp[i] = &cl[i];
+    }
+    Kvtier__SwimMsg msg = KVTIER__SWIM_MSG__INIT;
+    Kvtier__SwimGossipOnly g = KVTIER__SWIM_GOSSIP_ONLY__INIT;
+    msg.from = 2;
+    msg.from_addr = "0";
+    msg.gossip = cp;
+    msg.n_gossip = N;
+    msg.body_case = KVTIER__SWIM_MSG__BODY_GOSSIP_ONLY;
+    msg.gossip_only = &g;
+    assert_true(kvtier__swim_msg__get_packed_size(&msg) <= mb_cfg(mb)->max_msg_bytes);
+    feed(mb, 2, cp, N, 0, 0);
+    assert_int_equal(mb_count(mb), N);
+    feed(mb, 2, cp, M, 1, 0);
+    assert_int_equal(mb_count(mb), M);
+    assert_int_equal(mb_stats(mb)->rx_bad, 0);
+    mb_destroy(mb);
+}
+
 /* A send the transport refuses (a member whose hello is not done) carried
  * nothing: its claims keep their send count and go out once sends pass.
  * Counted as sent, they were retired unsent and a member that missed them
@@ -1376,6 +1410,7 @@ int main(void)
         cmocka_unit_test(test_gossip_least_sent_first),
         cmocka_unit_test(test_join_answer_not_regossiped),
         cmocka_unit_test(test_leave_cancels_announce),
+        cmocka_unit_test(test_unpack_past_arena),
         cmocka_unit_test(test_refused_send_keeps_claims),
         cmocka_unit_test(test_ask_brings_claim),
         cmocka_unit_test(test_confirmations_shorten_suspicion),

@@ -90,6 +90,7 @@ struct susp {
 
 #define SW_ANNOUNCE_PERIODS 3 /* a joiner tells every member of itself this
                                  many probe periods after its join */
+#define SW_ARENA 8192      /* bytes for unpacking one message (ar_alloc) */
 #define SW_PASS_MAX 64      /* claims too big for what is left of a
                                 message passed over before it is full */
 
@@ -119,6 +120,12 @@ struct swim {
     uint32_t *order;                  /* shuffled ids to probe */
     size_t norder, pos, ordcap;
     struct gq q;                      /* gossip queue */
+    Kvtier__SwimMember *pk_sm, **pk_sp; /* send_msg's claims (pack_room) */
+    uint32_t *pk_ids;
+    size_t pk_cap;
+    _Alignas(16) uint8_t ar[SW_ARENA]; /* unpacking (ar_alloc) */
+    uint8_t *ar_blk;                  /* ar, or the message's own block */
+    size_t ar_cap, ar_used;
     struct relay rel[SW_RELAYS];
     uint32_t *susp;                   /* ids now SUSPECT */
     size_t nsusp, suspcap;
@@ -381,6 +388,19 @@ static uint32_t put_own(struct mb *mb, struct pack *p)
     return own.id;
 }
 
+/* The claim arrays of one message, kept from message to message: a
+ * message may carry hundreds of claims, and three allocations of up to
+ * ~40 KB each per message (a joiner announcing itself sends n) cost more
+ * than packing it. */
+static void pack_room(struct swim *sw, size_t cap)
+{
+    if (cap <= sw->pk_cap) return;
+    sw->pk_cap = cap;
+    sw->pk_sm = xalloc(sw->pk_sm, cap * sizeof *sw->pk_sm);
+    sw->pk_sp = xalloc(sw->pk_sp, cap * sizeof *sw->pk_sp);
+    sw->pk_ids = xalloc(sw->pk_ids, cap * sizeof *sw->pk_ids);
+}
+
 /* Pack msg with as much gossip as fits and send it. `about`: a member
  * this node holds suspect/dead gets that claim first (buddy system). */
 static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum mb_msg t,
@@ -394,11 +414,13 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     p.room = kvtier__swim_msg__get_packed_size(msg);
     p.room = p.room < cfg->max_msg_bytes ? cfg->max_msg_bytes - p.room : 0;
     /* Each claim packs into at least 3 bytes: room / 3 bounds them; the
-     * buddy and this node's own claim come on top. */
-    size_t nq = gq_len(&sw->q), cap = (nq < p.room / 3 ? nq : p.room / 3) + 2;
-    p.sm = xalloc(NULL, cap * sizeof *p.sm);
-    p.sp = xalloc(NULL, cap * sizeof *p.sp);
-    p.ids = xalloc(NULL, cap * sizeof *p.ids);
+     * buddy and this node's own claim (asked for, or leading) come on
+     * top. A bare or announcing message takes nothing queued. */
+    size_t nq = sw->bare || sw->announcing ? 0 : gq_len(&sw->q);
+    pack_room(sw, (nq < p.room / 3 ? nq : p.room / 3) + 3);
+    p.sm = sw->pk_sm;
+    p.sp = sw->pk_sp;
+    p.ids = sw->pk_ids;
     uint32_t lim = retransmits(mb);
     p.mark = ++sw->msgno;
     uint32_t buddy = put_buddy(mb, &p, about);
@@ -424,9 +446,6 @@ static void send_msg(struct mb *mb, const char *addr, Kvtier__SwimMsg *msg, enum
     gq_trim(&sw->q, lim); /* lim falls as members go */
     msg->want_claim = 0;
     free(buf);
-    free(p.sm);
-    free(p.sp);
-    free(p.ids);
     msg->n_gossip = 0;
     msg->gossip = NULL;
 }
@@ -1002,16 +1021,52 @@ static int well_formed(const struct mb *mb, const Kvtier__SwimMsg *msg)
     return msg->body_case != KVTIER__SWIM_MSG__BODY__NOT_SET;
 }
 
+/* Unpacking a message allocates each claim, address and metadata block
+ * on its own, and they all go with the message; malloc for them was a
+ * quarter of a forming fleet's CPU. They are bumped off one block: for a
+ * message of at most max_msg_bytes (gossip) SW_ARENA bytes kept per
+ * node, for a larger one (a sync carries the whole table) one block of 16
+ * times its length, for that message; what does not fit goes to malloc. */
+static void *ar_alloc(void *ad, size_t sz)
+{
+    struct swim *sw = ad;
+    size_t n = (sz + 15) & ~(size_t)15;
+    if (n <= sw->ar_cap - sw->ar_used) {
+        void *p = sw->ar_blk + sw->ar_used;
+        sw->ar_used += n;
+        return p;
+    }
+    return malloc(sz ? sz : 1);
+}
+
+static void ar_free(void *ad, void *p)
+{
+    struct swim *sw = ad;
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)sw->ar_blk;
+    if (p && (a < lo || a >= lo + sw->ar_cap)) free(p);
+}
+
+static void handle(struct mb *mb, const Kvtier__SwimMsg *msg, size_t len, uint64_t rx);
+
 static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
 {
-    Kvtier__SwimMsg *msg = kvtier__swim_msg__unpack(NULL, len, buf);
-    if (!msg || !well_formed(mb, msg)) {
-        mb_count_bad(mb);
-        if (msg) kvtier__swim_msg__free_unpacked(msg, NULL);
-        return;
-    }
-    mb_count_rx(mb, msg_type(msg), len);
     struct swim *sw = SW(mb);
+    ProtobufCAllocator al = {ar_alloc, ar_free, sw};
+    uint8_t *big = len > mb_cfg(mb)->max_msg_bytes ? xalloc(NULL, 16 * len) : NULL;
+    sw->ar_blk = big ? big : sw->ar;
+    sw->ar_cap = big ? 16 * len : SW_ARENA;
+    sw->ar_used = 0;
+    Kvtier__SwimMsg *msg = kvtier__swim_msg__unpack(&al, len, buf);
+    if (msg && well_formed(mb, msg)) handle(mb, msg, len, rx);
+    else mb_count_bad(mb);
+    if (msg) kvtier__swim_msg__free_unpacked(msg, &al);
+    free(big);
+}
+
+static void handle(struct mb *mb, const Kvtier__SwimMsg *msg, size_t len, uint64_t rx)
+{
+    struct swim *sw = SW(mb);
+    mb_count_rx(mb, msg_type(msg), len);
     sw->doubted = 0;
     for (size_t i = 0; i < msg->n_gossip; i++) merge(mb, msg->gossip[i], 0);
     sw->sender = msg->from_addr;
@@ -1028,7 +1083,6 @@ static void sw_receive(struct mb *mb, const void *buf, size_t len, uint64_t rx)
     answer_doubt(mb, msg);
     sw->sender = NULL;
     sw->ask = sw->give = 0;
-    kvtier__swim_msg__free_unpacked(msg, NULL);
 }
 
 /* --------------------------------------------------------------- timers */
@@ -1256,6 +1310,9 @@ static void sw_close(struct mb *mb)
     for (size_t i = 0; i < sw->nseeds; i++) free(sw->seeds[i]);
     free(sw->seeds);
     gq_free(&sw->q);
+    free(sw->pk_sm);
+    free(sw->pk_sp);
+    free(sw->pk_ids);
     free(sw->order);
     free(sw->susp);
     free(sw);
