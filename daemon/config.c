@@ -210,10 +210,10 @@ static const struct cfg_key keys[] = {
     {"cluster", "failure_timeout_ms", CFG_U64, F(cluster_failure_ms), "3000",
      100, 600000, "ms", 0, "how long views are taken to need to agree after a "
      "membership change (owners keep and ask one more owner meanwhile)"},
-    {"cluster", "probe_ms", CFG_U64, F(cluster_probe_ms), "1000", 20, 60000, "ms", 0,
+    {"cluster", "probe_ms", CFG_U64, F(cluster_probe_ms), "700", 20, 60000, "ms", 0,
      "SWIM protocol period: one probe of one random member each (membership = "
      "swim)"},
-    {"cluster", "probe_timeout_ms", CFG_U64, F(cluster_probe_timeout_ms), "500", 10,
+    {"cluster", "probe_timeout_ms", CFG_U64, F(cluster_probe_timeout_ms), "350", 10,
      60000, "ms", 0, "SWIM: direct ack wait before asking others to probe; "
      "below cluster.probe_ms"},
     {"cluster", "suspicion_mult", CFG_U64, F(cluster_suspicion_mult), "2", 1, 100,

@@ -4,7 +4,8 @@
  *
  *   swimsim                 the short correctness run of `make test`: N=100,
  *                           asserts properties (no false death on a clean
- *                           network nor after a partition heals, every crash
+ *                           network, after a partition heals nor in a
+ *                           rolling restart, every crash
  *                           detected by every node, join/leave/partition
  *                           heal converge, the index moves at most 1.5x
  *                           what changed owners and resolves >= 99% of
@@ -29,12 +30,18 @@
  *
  *   --keys K                chunks per node for the index columns (default
  *                           min(1000, 100000/N); 0: no index)
+ *   --set KEY=V[,KEY=V...]  membership settings instead of member.c's
+ *                           defaults (probe_ms, probe_timeout_ms,
+ *                           suspicion_mult, suspicion_max_mult, indirect_k,
+ *                           retransmit_mult, gossip_ms): what a change of
+ *                           default would do, measured before making it
  *
  * The global index (simidx.c: the daemon's republish planner, oplan.c, and
  * owners.c) runs on every node from its own view changes once the cluster
  * has formed; rows report what each membership change cost it and, where
  * LOOKUPs were sampled (rolling2s), how many resolved.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +67,7 @@ struct opts {
     double loss;
     uint32_t jitter;
     long keys;          /* -1: the default for N */
+    struct mb_config mbc; /* --set: membership settings (0: default) */
 };
 
 #define IX_R 2          /* cluster.replicas */
@@ -162,6 +170,7 @@ static struct sim *form(int n, const struct opts *o, double loss)
     c.on_change = fwd_change;
     c.on_life = fwd_life;
     static const uint8_t meta[8] = {1}; /* the daemon's: its boot incarnation */
+    c.mbc = o->mbc;
     c.mbc.meta = meta;
     c.mbc.meta_len = sizeof meta;
     struct sim *s = sim_new(&c);
@@ -538,6 +547,8 @@ static int short_run(const struct opts *o)
     r = run_one_fresh(find("rolling2s"), n, o);
     row(&r);
     CHECK(r.converge_ms >= 0, "the rolling restart did not converge");
+    CHECK(r.st.false_deaths == 0, "%llu running members declared dead in the rolling restart",
+          (unsigned long long)r.st.false_deaths);
     check_moved(&r);
     CHECK(r.ix.lookups > 0 && 100 * r.ix.resolved >= 99 * r.ix.lookups,
           "%llu of %llu LOOKUPs resolved during the rolling restart",
@@ -546,9 +557,34 @@ static int short_run(const struct opts *o)
     return fails ? 1 : 0;
 }
 
+/* --set's list into o->mbc; 0 if every key is known. */
+static int set_cfg(struct opts *o, const char *list)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+#define K(f) {#f, offsetof(struct mb_config, f)}
+        K(probe_ms), K(probe_timeout_ms), K(suspicion_mult), K(suspicion_max_mult),
+        K(indirect_k), K(retransmit_mult), K(gossip_ms),
+#undef K
+    };
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        const char *eq = strchr(p, '=');
+        size_t i = 0, len = eq ? (size_t)(eq - p) : 0;
+        while (i < sizeof keys / sizeof keys[0] &&
+               (strlen(keys[i].key) != len || strncmp(keys[i].key, p, len)))
+            i++;
+        if (!eq || i == sizeof keys / sizeof keys[0]) return -1;
+        uint32_t v = (uint32_t)strtoul(eq + 1, NULL, 10);
+        memcpy((char *)&o->mbc + keys[i].off, &v, sizeof v);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    struct opts o = {1, 0, 0, 0, -1};
+    struct opts o = {1, 0, 0, 0, -1, {0}};
     int bench = 0, fresh = 0, sizes[16], ns = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -560,9 +596,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) o.keys = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc && !set_cfg(&o, argv[i + 1])) i++;
         else if (ns < 16 && atoi(argv[i]) > 1) sizes[ns++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--fresh] [--why] [--progress]\n");
+            fprintf(stderr, "usage: swimsim [--bench [--only A,B,...] [N...]] [--seed S] [--cpu] [--keys K] [--set KEY=V,...] [--fresh] [--why] [--progress]\n");
             return 2;
         }
     }

@@ -667,12 +667,13 @@ static void test_join_answer_not_regossiped(void **state)
     feed_table(mb, 2, cp, N, 0, 1); /* the seed's answer */
     assert_int_equal(mb_count(mb), N);
     int sent_alone = 0;
-    for (int t = 1; t <= 35; t++) { /* 3.5 s in steps of 100 ms */
-        c.now += 100;
+    uint64_t due = 3ull * mb_cfg(mb)->probe_ms; /* SW_ANNOUNCE_PERIODS */
+    for (uint64_t t = 100; t <= due + 500; t += 100) {
+        c.now = t;
         mb_tick(mb, c.now);
         v = look(&c);
         assert_int_equal(v.others_alive, 0); /* nothing of the seed's table */
-        if (c.now < 3000) assert_int_equal(v.own_alone, 0);
+        if (c.now < due) assert_int_equal(v.own_alone, 0);
         sent_alone += v.own_alone;
         if (v.own_alone) assert_int_equal(v.sync_req, 1); /* the second table */
     }
@@ -880,14 +881,15 @@ static void test_confirmations_shorten_suspicion(void **state)
 }
 
 /* Answer every Ping node 1 sent (captured in c) with an Ack from its
- * target; returns the target of the last Ping answered, 0 if none. */
-static uint32_t ack_pings(struct mb *mb, struct cap *c)
+ * target, except those to `silent` (0: none); returns the target of the
+ * last Ping answered, 0 if none. */
+static uint32_t ack_pings_but(struct mb *mb, struct cap *c, uint32_t silent)
 {
     uint32_t last = 0;
     for (int i = 0; i < c->n; i++) {
         Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
         assert_non_null(m);
-        if (m->body_case == KVTIER__SWIM_MSG__BODY_PING) {
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_PING && m->ping->target != silent) {
             Kvtier__SwimMsg r = KVTIER__SWIM_MSG__INIT;
             Kvtier__SwimAck a = KVTIER__SWIM_ACK__INIT;
             char addr[32];
@@ -909,6 +911,8 @@ static uint32_t ack_pings(struct mb *mb, struct cap *c)
     cap_clear(c);
     return last;
 }
+
+static uint32_t ack_pings(struct mb *mb, struct cap *c) { return ack_pings_but(mb, c, 0); }
 
 /* A member learned in the middle of a probe round is probed in that
  * round, not only after it: left for the next reshuffle, a member that
@@ -1191,6 +1195,74 @@ static void test_dead_member_poked_and_answered(void **state)
     mb_destroy(mb);
 }
 
+/* The target of the first Ping captured in c, 0 if none. */
+static uint32_t pinged(struct cap *c)
+{
+    uint32_t t = 0;
+    for (int i = 0; i < c->n && !t; i++) {
+        Kvtier__SwimMsg *m = kvtier__swim_msg__unpack(NULL, c->len[i], c->buf[i]);
+        assert_non_null(m);
+        if (m->body_case == KVTIER__SWIM_MSG__BODY_PING) t = m->ping->target;
+        kvtier__swim_msg__free_unpacked(m, NULL);
+    }
+    return t;
+}
+
+/* A suspicion no one confirms because the others know better: its
+ * suspect crashed and restarted at a new incarnation, and gossip never
+ * brought the new life's claim here. Past the minimum timeout this node
+ * tells the suspect of the suspicion; the new life answers with its claim
+ * and is never declared dead here. Before, nothing went from here to the
+ * suspect ahead of the longest timeout (its next turn in the round was
+ * ~300 periods away) and the running member died: the false death of
+ * swimsim's rolling restart at probe_ms 800. */
+static void test_lingering_suspicion_told(void **state)
+{
+    (void)state;
+    struct cap c = {0};
+    struct mb *mb = one(&c, &swim_ops);
+    enum { N = 300 };
+    struct crowd w = crowd_feed(mb, N);
+    /* A quiet cluster: every member answers until the gossip is out. */
+    for (int p = 0; p < 60; p++) {
+        c.now += mb_cfg(mb)->probe_ms;
+        mb_tick(mb, c.now);
+        ack_pings(mb, &c);
+    }
+    /* The next member probed has crashed: nothing answers. */
+    uint32_t x = 0;
+    while (!x) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        x = pinged(&c);
+        cap_clear(&c);
+    }
+    while (mb_find(mb, x)->state != MB_SUSPECT) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        ack_pings_but(mb, &c, x);
+    }
+    /* It is back at incarnation 500; this node has not heard. */
+    int told = 0;
+    uint64_t end = c.now + 60000; /* past the longest suspicion timeout */
+    while (c.now < end) {
+        c.now += 100;
+        mb_tick(mb, c.now);
+        if (!told && sent_claim(&c, w.addr[x - 2], x, MB_SUSPECT, 3)) {
+            told = 1; /* the new life restates its claim to this node */
+            claim(&w.cl[0], x, MB_ALIVE, 500, x, w.addr[x - 2]);
+            feed(mb, x, w.cp, 1, 0, c.now);
+        }
+        ack_pings_but(mb, &c, told ? 0 : x);
+    }
+    assert_true(told);
+    assert_int_equal(mb_find(mb, x)->state, MB_ALIVE);
+    assert_int_equal(mb_find(mb, x)->inc, 500);
+    assert_int_equal(c.events[MB_EV_DEAD], 0);
+    crowd_free(&w);
+    mb_destroy(mb);
+}
+
 /* --------------------------------------------------- swim, many nodes */
 
 struct tally {
@@ -1419,6 +1491,7 @@ int main(void)
         cmocka_unit_test(test_dead_member_poked_and_answered),
         cmocka_unit_test(test_stranger_asked_for_its_claim),
         cmocka_unit_test(test_suspect_checked_soon),
+        cmocka_unit_test(test_lingering_suspicion_told),
         cmocka_unit_test(test_join_and_metadata),
         cmocka_unit_test(test_crash_detected_and_reaped),
         cmocka_unit_test(test_leave_is_not_death),

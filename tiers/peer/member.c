@@ -74,8 +74,8 @@ static void *xrealloc(void *p, size_t sz)
 
 void mb_config_defaults(struct mb_config *cfg)
 {
-    DEF(probe_ms, 1000);
-    DEF(probe_timeout_ms, 500);
+    DEF(probe_ms, 700);
+    DEF(probe_timeout_ms, 350);
     DEF(indirect_k, 3);
     DEF(suspicion_mult, 2);
     DEF(suspicion_max_mult, 6);

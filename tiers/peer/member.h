@@ -111,8 +111,8 @@ struct mb_config {
     size_t meta_len;             /* <= MB_META_MAX */
     uint64_t inc;                /* starting incarnation (0: env clock) */
 
-    uint32_t probe_ms;           /* protocol period: one probe each (1000) */
-    uint32_t probe_timeout_ms;   /* direct ack wait before ping-req (500) */
+    uint32_t probe_ms;           /* protocol period: one probe each (700) */
+    uint32_t probe_timeout_ms;   /* direct ack wait before ping-req (350) */
     uint32_t indirect_k;         /* members asked to probe for us (3) */
     uint32_t suspicion_mult;     /* suspicion timeout = mult * log10(n+1) *
                                     probe_ms at full confirmation (2) */

@@ -27,7 +27,11 @@
  * Only a member raises its own incarnation: told it is
  * suspect or dead, it refutes with alive at a higher one. Any message to a
  * member this node holds suspect or dead carries that claim (the Lifeguard
- * "buddy system"), so the member hears it at once and refutes.
+ * "buddy system"), so the member hears it at once and refutes. A
+ * suspicion still open past the minimum timeout (too few confirmations:
+ * the others may know better, e.g. of a restart at a new incarnation) is
+ * told to its suspect in a bare message, again each minimum timeout, so a
+ * live suspect answers before the longest timeout kills it here.
  *
  * Lifeguard: (1) a local health score, raised when this node's own probes
  * fail without the Nacks it expected, when it must refute, or when its own
@@ -83,6 +87,8 @@
 
 struct susp {
     uint64_t start_ms, deadline_ms;
+    uint64_t check_ms;                /* past it, the suspect is told
+                                         (susp_tell) */
     int dead;                         /* a death was claimed: minimum timeout */
     uint32_t n;                       /* confirmations, the first excluded */
     uint32_t who[SW_CONFIRM_MAX];
@@ -132,7 +138,7 @@ struct swim {
     char **seeds;
     size_t nseeds;
     uint64_t next_probe, next_gossip, next_sync, next_reap, next_join;
-    uint64_t next_poke;
+    uint64_t next_poke, next_tell;
     uint64_t announce_at;             /* joined: tell every member, then 0 */
     uint32_t health;
     int synced;                       /* a table arrived: joined */
@@ -205,12 +211,19 @@ static void susp_list_del(struct swim *sw, uint32_t id)
         }
 }
 
+/* The minimum suspicion timeout: suspicion_mult * log10(n+1) periods. */
+static double susp_min(struct mb *mb)
+{
+    const struct mb_config *c = mb_cfg(mb);
+    return c->suspicion_mult * log10n(mb) * c->probe_ms;
+}
+
 /* Lifeguard: max timeout with no confirmation, shrinking as log(c+1) /
  * log(k+1) towards the minimum at k confirmations. */
 static void susp_deadline(struct mb *mb, struct susp *s)
 {
     const struct mb_config *c = mb_cfg(mb);
-    double min = c->suspicion_mult * log10n(mb) * c->probe_ms;
+    double min = susp_min(mb);
     double max = min * c->suspicion_max_mult;
     uint64_t n = n_cluster(mb);
     double k = n > 2 ? (double)(n - 2 < c->indirect_k ? n - 2 : c->indirect_k) : 0;
@@ -237,6 +250,7 @@ static void set_state(struct mb *mb, struct mb_member *m, enum mb_state st, uint
         struct susp *s = xalloc(NULL, sizeof *s);
         memset(s, 0, sizeof *s);
         s->start_ms = mb_now(mb);
+        s->check_ms = s->start_ms + (uint64_t)susp_min(mb);
         s->who[0] = from;
         m->be = s;
         susp_deadline(mb, s);
@@ -1100,6 +1114,29 @@ static void relay_tick(struct mb *mb, uint64_t now)
     }
 }
 
+/* A suspicion still open past the minimum timeout gathered too few
+ * confirmations to end there -- its suspect may be alive after all, the
+ * others knowing better: a member restarted at a new incarnation whose
+ * alive claim gossip never brought here. Nothing else need go from this
+ * node to the suspect before the longest timeout (its next turn in the
+ * round can be n periods away), so the suspect is told: one bare message
+ * carrying the suspicion (buddy), to which a live suspect answers at once
+ * with its claim (it refutes, or restates a newer incarnation); a crashed
+ * one never reads it. Again each minimum timeout while the suspicion
+ * lasts (the message or the answer may be lost), one suspect a period at
+ * most (a partition leaves hundreds open at once); never sooner than the
+ * minimum timeout, so a confirmed crash dies first, at no cost. */
+static void susp_tell(struct mb *mb, struct mb_member *m, struct susp *s, uint64_t now)
+{
+    struct swim *sw = SW(mb);
+    if (now < s->check_ms || now < sw->next_tell) return;
+    s->check_ms = now + (uint64_t)susp_min(mb);
+    sw->next_tell = now + mb_cfg(mb)->probe_ms;
+    sw->bare = 1;
+    send_gossip(mb, m);
+    sw->bare = 0;
+}
+
 static void susp_tick(struct mb *mb, uint64_t now)
 {
     struct swim *sw = SW(mb);
@@ -1111,6 +1148,7 @@ static void susp_tick(struct mb *mb, uint64_t now)
             enqueue(mb, m->id, MB_DEAD, m->inc, NULL, NULL, 0, mb_self(mb)->id);
             continue;
         }
+        if (s) susp_tell(mb, m, s, now);
         if (!s) sw->susp[i] = sw->susp[--sw->nsusp];
         else i++;
     }
