@@ -134,6 +134,27 @@ static double peak_rss_mb(void)
 
 static double form_cpu, form_virt, form_heap;
 
+/* --why: up to 10 views that differ from the truth, and what the other
+ * side of each pair holds. */
+static void list_wrong(struct sim *s, const char *name)
+{
+    int ob[10], nd[10];
+    size_t k = sim_disagree(s) ? sim_diff(s, ob, nd, 10) : 0;
+    for (size_t i = 0; i < k; i++) {
+        const struct mb_member *m = mb_find(sim_mb(s, ob[i]), (uint32_t)nd[i] + 1);
+        const struct mb_member *b =
+            sim_up(s, nd[i]) ? mb_find(sim_mb(s, nd[i]), (uint32_t)ob[i] + 1) : NULL;
+        fprintf(stderr,
+                "swimsim: %s: node %d holds node %d %s (inc %llu, since %.1f s ago);"
+                " it is %s%s%s\n",
+                name, ob[i], nd[i], m ? mb_state_name(m->state) : "unknown",
+                m ? (unsigned long long)m->inc : 0ull,
+                m ? ((double)sim_now(s) / 1e3 - (double)m->since_ms) / 1e3 : 0.0,
+                sim_up(s, nd[i]) ? "running" : "down", sim_up(s, nd[i]) ? " and holds it " : "",
+                sim_up(s, nd[i]) ? (b ? mb_state_name(b->state) : "unknown") : "");
+    }
+}
+
 /* A fresh cluster of n nodes, formed and converged (views match the
  * truth) plus 5 s; no index yet (attach). */
 static struct sim *form(int n, const struct opts *o, double loss)
@@ -148,7 +169,7 @@ static struct sim *form(int n, const struct opts *o, double loss)
     c.ops = &swim_ops;
     c.on_change = fwd_change;
     c.on_life = fwd_life;
-    static const uint8_t meta[64] = {1}; /* about a UCX worker address */
+    static const uint8_t meta[8] = {1}; /* the daemon's: its boot incarnation */
     c.mbc = o->mbc;
     c.mbc.meta = meta;
     c.mbc.meta_len = sizeof meta;
@@ -164,7 +185,14 @@ static struct sim *form(int n, const struct opts *o, double loss)
                     cpu_s() - c0, (double)mallinfo2().uordblks / 1e6);
     }
     uint64_t cap = sim_now(s) + S(300);
-    while (sim_disagree(s) != 0 && sim_now(s) < cap) sim_run_until(s, sim_now(s) + S(1));
+    for (int sec = 1; sim_disagree(s) != 0 && sim_now(s) < cap; sec++) {
+        sim_run_until(s, sim_now(s) + S(1));
+        if (why && sec % 10 == 0) {
+            fprintf(stderr, "swimsim: forming N=%d: %.1f s virtual, %lld views wrong\n", n,
+                    (double)sim_now(s) / 1e6, (long long)sim_disagree(s));
+            list_wrong(s, "forming");
+        }
+    }
     form_virt = (double)sim_now(s) / 1e6;
     sim_run_until(s, sim_now(s) + S(5));
     form_cpu = cpu_s() - c0;
@@ -194,20 +222,7 @@ static void finish(struct sim *s, struct result *r, uint64_t t0, uint64_t since,
 {
     advance(s, t_end);
     uint64_t c = sim_converged_at(s);
-    if (why && sim_disagree(s) != 0) {
-        int ob[10], nd[10];
-        size_t k = sim_diff(s, ob, nd, 10);
-        for (size_t i = 0; i < k; i++) {
-            const struct mb_member *m = mb_find(sim_mb(s, ob[i]), (uint32_t)nd[i] + 1);
-            fprintf(stderr,
-                    "swimsim: %s: node %d holds node %d %s (inc %llu, since %.1f s ago);"
-                    " it is %s\n",
-                    r->name, ob[i], nd[i], m ? mb_state_name(m->state) : "unknown",
-                    m ? (unsigned long long)m->inc : 0ull,
-                    m ? ((double)sim_now(s) / 1e3 - (double)m->since_ms) / 1e3 : 0.0,
-                    sim_up(s, nd[i]) ? "running" : "down");
-        }
-    }
+    if (why) list_wrong(s, r->name);
     r->converge_ms = sim_disagree(s) == 0 ? (c > since ? (double)(c - since) / 1000.0 : 0) : -1;
     sim_stats(s, &r->st);
     if (ix) sidx_stats(ix, &r->ix);
