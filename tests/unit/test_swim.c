@@ -560,7 +560,7 @@ static void test_gossip_least_sent_first(void **state)
     cfg.inc = 100;
     cfg.probe_ms = 600000;
     cfg.sync_ms = 600000;
-    cfg.env = (struct mb_env){&c, cap_send, cap_now, cap_rand};
+    cfg.env = (struct mb_env){&c, cap_send, cap_now, cap_rand, NULL};
     struct mb *mb = mb_create(&swim_ops, &cfg, NULL);
     assert_non_null(mb);
     enum { N = 300, ID0 = 200 };
