@@ -121,8 +121,9 @@ def cpu_ticks(pid):
         return None
 
 
-def thread_ticks(pids):
-    """utime + stime summed by thread name over the threads of pids."""
+def per_thread(pids, path, value):
+    """value(text of /proc/PID/task/TID/<path>) summed by thread name (digits
+    at the end of a name folded into #) over the threads of pids."""
     out = {}
     for pid in pids:
         try:
@@ -131,35 +132,35 @@ def thread_ticks(pids):
             continue
         for tid in tids:
             try:
-                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                    st = f.read()
+                with open("/proc/%d/task/%s/%s" % (pid, tid, path)) as f:
+                    text = f.read()
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    name = re.sub(r"\d+$", "#", f.read().strip())
             except OSError:
                 continue
-            name = re.sub(r"\d+$", "#", st[st.index("(") + 1:st.rindex(")")])
-            fields = st[st.rindex(")") + 2:].split()
-            out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+            out[name] = out.get(name, 0) + value(text)
     return out
+
+
+def _ticks(st):
+    fields = st[st.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _switches(status):
+    st = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
+    return int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+
+
+def thread_ticks(pids):
+    """utime + stime by thread name over the threads of pids."""
+    return per_thread(pids, "stat", _ticks)
 
 
 def thread_switches(pids):
-    """Context switches (voluntary + not) summed by thread name over the
-    threads of pids: how often each thread woke, whatever the load."""
-    out = {}
-    for pid in pids:
-        try:
-            tids = os.listdir("/proc/%d/task" % pid)
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
-                    st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
-            except OSError:
-                continue
-            name = re.sub(r"\d+$", "#", st["Name"].strip())
-            n = int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
-            out[name] = out.get(name, 0) + n
-    return out
+    """Context switches (voluntary + not) by thread name over the threads of
+    pids: how often each thread woke, whatever the load."""
+    return per_thread(pids, "status", _switches)
 
 
 def rss_kib(pid):
