@@ -9,6 +9,7 @@
  * metadata (alive claims only), plus 4-8 bytes of hash.
  */
 #include "gossipq.h"
+#include "pxalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,15 +19,7 @@
 
 static char no_addr[1]; /* the address of non-alive claims */
 
-static void *xrealloc(void *p, size_t sz)
-{
-    void *r = realloc(p, sz ? sz : 1);
-    if (!r) { /* control-plane allocation */
-        fprintf(stderr, "gossipq: out of memory\n");
-        abort();
-    }
-    return r;
-}
+#define xrealloc(p, sz) px_realloc(p, sz, "gossipq")
 
 static size_t home(const struct gq *q, uint32_t id)
 {

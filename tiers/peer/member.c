@@ -16,6 +16,7 @@
  * outgrows those bytes moves both into one separate block (`ext`).
  */
 #include "member.h"
+#include "pxalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,25 +46,8 @@ struct mb {
     int left;
 };
 
-static void *xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) { /* control-plane allocation */
-        fprintf(stderr, "member: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
-static void *xrealloc(void *p, size_t sz)
-{
-    void *q = realloc(p, sz);
-    if (!q) {
-        fprintf(stderr, "member: out of memory\n");
-        abort();
-    }
-    return q;
-}
+#define xcalloc(n, sz) px_calloc(n, sz, "member")
+#define xrealloc(p, sz) px_realloc(p, sz, "member")
 
 /* ------------------------------------------------------------ defaults */
 

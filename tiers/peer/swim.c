@@ -80,6 +80,7 @@
 
 #include "gossipq.h"
 #include "kvtier.pb-c.h"
+#include "pxalloc.h"
 
 #define SW_CONFIRM_MAX 8     /* confirmers remembered per suspicion */
 #define SW_RELAYS 64         /* ping-reqs relayed at once for others */
@@ -162,15 +163,7 @@ struct swim {
                                          carries it */
 };
 
-static void *xalloc(void *p, size_t sz)
-{
-    void *q = realloc(p, sz ? sz : 1);
-    if (!q) { /* control-plane allocation */
-        fprintf(stderr, "swim: out of memory\n");
-        abort();
-    }
-    return q;
-}
+#define xalloc(p, sz) px_realloc(p, sz, "swim")
 
 static struct swim *SW(struct mb *mb) { return mb_backend(mb); }
 
