@@ -296,28 +296,47 @@ static struct member *find_seed(struct cluster *c, const char *addr)
     return NULL;
 }
 
-static void tls_files(const struct cl_ctx *d, struct tlsconf_files *f)
-{
-    f->ca = d->cfg.cluster_tls_ca;
-    f->cert = d->cfg.cluster_tls_cert;
-    f->key = d->cfg.cluster_tls_key;
-}
-
-/* The dialer's TLS: our certificate, the CA, and m's node name required
- * in the certificate that answers (none for a seed not heard from). */
-static int dial_tls(struct cl_ctx *d, struct member *m, nng_dialer dl)
+/* Our TLS config (cluster.tls_*): the server side, or a client that
+ * requires node peer's name in the certificate that answers (0: any node
+ * the CA signed). NULL, logged with `what`, when it cannot be built. */
+static nng_tls_config *tls_config(struct cl_ctx *d, int server, uint32_t peer,
+                                  const char *what)
 {
     char name[32], err[256];
-    struct tlsconf_files f;
+    struct tlsconf_files f = {d->cfg.cluster_tls_ca, d->cfg.cluster_tls_cert,
+                              d->cfg.cluster_tls_key};
     nng_tls_config *cfg;
-    tls_files(d, &f);
-    snprintf(name, sizeof name, "kvtier-node-%u", (unsigned)m->id);
-    if (tlsconf_build(&cfg, 0, &f, m->id ? name : NULL, err, sizeof err) != 0) {
-        log_warn("cluster", "dial %s: %s", m->addr, err);
-        return NNG_EINVAL;
+    snprintf(name, sizeof name, "kvtier-node-%u", (unsigned)peer);
+    if (tlsconf_build(&cfg, server, &f, peer ? name : NULL, err, sizeof err) != 0) {
+        log_warn("cluster", "%s: TLS: %s", what, err);
+        return NULL;
     }
+    return cfg;
+}
+
+int cl_tls_listener(struct cl_ctx *d, nng_listener l)
+{
+    nng_tls_config *cfg = tls_config(d, 1, 0, d->cl->self_addr);
+    if (!cfg) return NNG_EINVAL;
+    int rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+    nng_tls_config_free(cfg);
+    return rv;
+}
+
+int cl_tls_dialer(struct cl_ctx *d, nng_dialer dl, uint32_t peer, const char *what)
+{
+    nng_tls_config *cfg = tls_config(d, 0, peer, what);
+    if (!cfg) return NNG_EINVAL;
     int rv = nng_dialer_set_ptr(dl, NNG_OPT_TLS_CONFIG, cfg);
     nng_tls_config_free(cfg);
+    return rv;
+}
+
+/* The dialer's TLS: m's node name required in the certificate that
+ * answers (none for a seed not heard from). */
+static int dial_tls(struct cl_ctx *d, struct member *m, nng_dialer dl)
+{
+    int rv = cl_tls_dialer(d, dl, m->id, m->addr);
     m->named = rv == 0 && m->id != 0;
     return rv;
 }
@@ -1084,8 +1103,8 @@ static void add_seeds(struct cl_ctx *d)
     }
 }
 
-/* The listener's TLS: a client certificate from the CA is required, so a
- * node without one never gets a message through. */
+/* The pull socket; its listener (lwatch.c) requires a client certificate
+ * from the CA, so a node without one never gets a message through. */
 static int listen_pull(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;

@@ -154,6 +154,12 @@ static inline uint64_t cl_clock(const struct cl_ctx *d)
 
 /* cluster.c */
 struct member *cl_find(struct cluster *c, uint32_t id);
+/* Our TLS config (cluster.tls_*) set on a listener (server side), or on
+ * a dialer that requires node peer's name in the certificate that
+ * answers (0: any node the CA signed; `what` names it in the log). An
+ * nng error, NNG_EINVAL when the config cannot be built. */
+int cl_tls_listener(struct cl_ctx *d, nng_listener l);
+int cl_tls_dialer(struct cl_ctx *d, nng_dialer dl, uint32_t peer, const char *what);
 /* Take m off l / put it on l (at the head or the tail), linked through
  * m->lk[k]. */
 void cl_ml_unlink(struct mlist *l, int k, struct member *m);

@@ -29,26 +29,16 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "cluster_int.h"
 #include "fault.h"
 #include "log.h"
 #include "nngclose.h"
-#include "tlsconf.h"
 
 #include <nng/protocol/pipeline0/push.h>
-#include <nng/supplemental/tls/tls.h>
 
 #define LW_EVERY_MS 5000u /* a probe starts this long after the last ended */
 #define LW_PROBE_MS 5000u /* a probe that brings no pipe this long: restart */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Pipes the pull sockets took, counted on nng's threads. A process-wide
  * counter, not a field: a close abandoned past its bound leaves nng's
@@ -61,42 +51,13 @@ static void pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg)
     atomic_fetch_add(&added, 1);
 }
 
-/* Our TLS config: server side for the listener, or a client that
- * requires our own node name (the probe). */
-static int tls_set(struct cl_ctx *d, int server, void *obj,
-                   int (*set)(void *, const char *, void *))
-{
-    char name[32], err[256];
-    struct tlsconf_files f = {d->cfg.cluster_tls_ca, d->cfg.cluster_tls_cert,
-                              d->cfg.cluster_tls_key};
-    nng_tls_config *cfg;
-    snprintf(name, sizeof name, "kvtier-node-%u", (unsigned)d->cl->self_id);
-    if (tlsconf_build(&cfg, server, &f, server ? NULL : name, err, sizeof err) != 0) {
-        log_error("cluster", "TLS: %s", err);
-        return NNG_EINVAL;
-    }
-    int rv = set(obj, NNG_OPT_TLS_CONFIG, cfg);
-    nng_tls_config_free(cfg);
-    return rv;
-}
-
-static int set_listener(void *l, const char *opt, void *v)
-{
-    return nng_listener_set_ptr(*(nng_listener *)l, opt, v);
-}
-
-static int set_dialer(void *dl, const char *opt, void *v)
-{
-    return nng_dialer_set_ptr(*(nng_dialer *)dl, opt, v);
-}
-
 int lw_listen(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     struct lwatch *w = &c->lw;
     nng_listener l;
     int rv = nng_listener_create(&l, c->pull, c->self_addr);
-    if (rv == 0 && c->tls) rv = tls_set(d, 1, &l, set_listener);
+    if (rv == 0 && c->tls) rv = cl_tls_listener(d, l);
     if (rv == 0) rv = nng_listener_start(l, 0);
     if (rv != 0) return rv;
     w->l = l;
@@ -107,7 +68,7 @@ int lw_listen(struct cl_ctx *d)
 int lw_open(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
-    c->lw.next_ms = now_ms() + LW_EVERY_MS;
+    c->lw.next_ms = cl_clock(d) + LW_EVERY_MS;
     int rv = nng_pipe_notify(c->pull, NNG_PIPE_EV_ADD_POST, pipe_added, NULL);
     return rv ? rv : lw_listen(d);
 }
@@ -131,7 +92,7 @@ static void probe_start(struct cl_ctx *d, uint64_t now)
     w->probe_added = atomic_load(&added);
     w->probe_until_ms = now + LW_PROBE_MS;
     int rv = nng_dialer_create(&dl, w->probe, c->self_addr);
-    if (rv == 0 && c->tls) rv = tls_set(d, 0, &dl, set_dialer);
+    if (rv == 0 && c->tls) rv = cl_tls_dialer(d, dl, c->self_id, "listener probe");
     if (rv == 0) rv = nng_dialer_start(dl, NNG_FLAG_NONBLOCK);
     if (rv != 0) {
         log_warn("cluster", "probe of the listener at %s: %s", c->self_addr, nng_strerror(rv));
@@ -171,7 +132,7 @@ void lw_tick(struct cl_ctx *d)
 {
     struct cluster *c = d->cl;
     struct lwatch *w = &c->lw;
-    uint64_t now = now_ms();
+    uint64_t now = cl_clock(d);
     if (w->probe_open) {
         probe_check(d, now);
         return;
